@@ -2,12 +2,16 @@
 // and the C++ API that calls through the dispatcher.
 #include "lltm.h"
 
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/GradMode.h>
 #include <c10/util/ArrayRef.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <initializer_list>
+#include <optional>
+#include <string_view>
 
 namespace lltm {
 namespace {
@@ -16,6 +20,11 @@ struct Arg {
   const at::Tensor& tensor;
   const char* name;
 };
+
+// torch's Python name for a dtype ("float32"), which is what users write.
+std::string_view dtype_name(at::ScalarType dtype) {
+  return c10::getDtypeNames(dtype).first;
+}
 
 bool is_supported_dtype(at::ScalarType dtype) {
   const auto dtypes = supported_dtypes();
@@ -40,7 +49,7 @@ void check_dtypes_and_devices(const char* op, std::initializer_list<Arg> args) {
         arg.name,
         " to have a floating-point dtype (float16, bfloat16, float32 or "
         "float64), but got ",
-        arg.tensor.scalar_type());
+        dtype_name(arg.tensor.scalar_type()));
     TORCH_CHECK_TYPE(
         arg.tensor.scalar_type() == first.tensor.scalar_type(),
         op,
@@ -49,9 +58,9 @@ void check_dtypes_and_devices(const char* op, std::initializer_list<Arg> args) {
         " to have the same dtype as ",
         first.name,
         " (",
-        first.tensor.scalar_type(),
+        dtype_name(first.tensor.scalar_type()),
         "), but got ",
-        arg.tensor.scalar_type());
+        dtype_name(arg.tensor.scalar_type()));
     TORCH_CHECK(
         arg.tensor.device() == first.tensor.device(),
         op,
@@ -96,6 +105,20 @@ void check_shape(
       expected,
       ", but got ",
       arg.tensor.sizes());
+}
+
+// Whether a call can record an autograd graph. When it cannot, the C++ API
+// skips the autograd kernel: it would only redispatch, and the one
+// registered from Python (torch.library.register_autograd) costs tens of
+// microseconds to do so. This is the tutorial's case: _C.forward called
+// inside an autograd.Function, where grad mode is off.
+bool needs_autograd(std::initializer_list<at::Tensor> tensors) {
+  if (!c10::GradMode::is_enabled()) {
+    return false;
+  }
+  return std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) {
+    return t.defined() && t.requires_grad();
+  });
 }
 
 } // namespace
@@ -236,6 +259,10 @@ ForwardResult forward(
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("lltm::forward", "")
                              .typed<decltype(forward)>();
+  std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
+  if (!needs_autograd({input, weights, bias, old_h, old_cell})) {
+    below_autograd.emplace();
+  }
   return op.call(input, weights, bias, old_h, old_cell);
 }
 
@@ -252,6 +279,19 @@ BackwardResult backward(
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("lltm::backward", "")
                              .typed<decltype(backward)>();
+  std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
+  if (!needs_autograd(
+          {grad_h,
+           grad_cell,
+           new_cell,
+           input_gate,
+           output_gate,
+           candidate_cell,
+           X,
+           gate_weights,
+           weights})) {
+    below_autograd.emplace();
+  }
   return op.call(
       grad_h,
       grad_cell,

@@ -98,7 +98,8 @@ BackwardResult lltm_backward_cpu(
   at::Tensor d_gate_i = d_gates.narrow(1, 0, S);
   at::Tensor d_gate_o = d_gates.narrow(1, S, S);
   at::Tensor d_gate_c = d_gates.narrow(1, 2 * S, S);
-  at::sigmoid_backward_out(d_gate_i, at::mul(candidate_cell, d_old_cell), input_gate);
+  at::sigmoid_backward_out(
+      d_gate_i, at::mul(candidate_cell, d_old_cell), input_gate);
   at::sigmoid_backward_out(d_gate_o, at::mul(t, grad_h), output_gate);
   at::elu_backward_out(
       d_gate_c,
@@ -115,8 +116,9 @@ BackwardResult lltm_backward_cpu(
   // blocks: outputs of an op must not share storage, and two copies cost
   // less than a second GEMM.
   const at::Tensor d_X = at::mm(d_gates, weights);
-  at::Tensor d_old_h = d_X.narrow(1, 0, S).contiguous();
-  at::Tensor d_input = d_X.narrow(1, S, d_X.size(1) - S).contiguous();
+  at::Tensor d_old_h = d_X.narrow(1, 0, S).clone(at::MemoryFormat::Contiguous);
+  at::Tensor d_input =
+      d_X.narrow(1, S, d_X.size(1) - S).clone(at::MemoryFormat::Contiguous);
   return {d_old_h, d_input, d_weights, d_bias, d_old_cell};
 }
 

@@ -17,9 +17,9 @@ from ._loader import load_extension
 # that it was built for this torch.
 _C = load_extension()
 
-from . import _build_info  # noqa: E402
-from .module import LLTM  # noqa: E402
-from .ops import lltm  # noqa: E402
+from . import _build_info
+from .module import LLTM
+from .ops import lltm
 
 __version__: str = _build_info.VERSION
 

@@ -15,7 +15,7 @@ import torch
 
 
 def _major_minor(version: str) -> tuple[int, int]:
-    major, minor = version.split("+")[0].split(".")[:2]
+    major, minor = version.split("+", maxsplit=1)[0].split(".")[:2]
     return int(major), int(minor)
 
 

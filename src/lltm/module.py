@@ -56,4 +56,5 @@ class LLTM(nn.Module):
         return lltm(input, self.weights, self.bias, old_h, old_cell)
 
     def extra_repr(self) -> str:
+        """The sizes, shown by ``repr``."""
         return f"input_features={self.input_features}, state_size={self.state_size}"

@@ -57,14 +57,16 @@ def lltm(
 def _check_same(op: str, tensors: dict[str, Tensor]) -> None:
     first_name, first = next(iter(tensors.items()))
     for name, t in tensors.items():
-        torch._check(t.dim() == 2 or name == "bias", lambda: f"{op}: expected {name} to be 2-D")
+        torch._check(
+            t.dim() == 2 or name == "bias", lambda name=name: f"{op}: expected {name} to be 2-D"
+        )
         torch._check(
             t.dtype == first.dtype,
-            lambda: f"{op}: expected {name} to have the same dtype as {first_name}",
+            lambda name=name: f"{op}: expected {name} to have the same dtype as {first_name}",
         )
         torch._check(
             t.device == first.device,
-            lambda: f"{op}: expected {name} to be on the same device as {first_name}",
+            lambda name=name: f"{op}: expected {name} to be on the same device as {first_name}",
         )
 
 
@@ -84,12 +86,12 @@ def _forward_fake(
     batch, features = input.shape
     state = old_h.shape[1]
     torch._check(old_h.shape[0] == batch, lambda: f"{op}: expected old_h to have batch rows")
-    torch._check(
-        old_cell.shape == old_h.shape, lambda: f"{op}: expected old_cell to match old_h"
-    )
+    torch._check(old_cell.shape == old_h.shape, lambda: f"{op}: expected old_cell to match old_h")
     torch._check(
         weights.shape == (3 * state, state + features),
-        lambda: f"{op}: expected weights to have shape [3 * state_size, state_size + input_features]",
+        lambda: (
+            f"{op}: expected weights to have shape [3 * state_size, state_size + input_features]"
+        ),
     )
     torch._check(
         bias.numel() == 3 * state and bias.dim() in (1, 2),
@@ -135,7 +137,9 @@ def _backward_fake(
     )
     torch._check(
         weights.shape == (3 * state, state + features),
-        lambda: f"{op}: expected weights to have shape [3 * state_size, state_size + input_features]",
+        lambda: (
+            f"{op}: expected weights to have shape [3 * state_size, state_size + input_features]"
+        ),
     )
     return (
         grad_h.new_empty((batch, state)),
@@ -163,7 +167,9 @@ def _setup_context(ctx: Any, inputs: tuple[Tensor, ...], output: tuple[Tensor, .
     ctx.bias_shape = bias.shape
 
 
-def _backward(ctx: Any, grad_h: Tensor | None, grad_cell: Tensor | None, *_: Any) -> tuple[Any, ...]:
+def _backward(
+    ctx: Any, grad_h: Tensor | None, grad_cell: Tensor | None, *_: Any
+) -> tuple[Any, ...]:
     new_cell, input_gate, output_gate, candidate_cell, X, gate_weights, weights = (  # noqa: N806
         ctx.saved_tensors
     )
@@ -173,7 +179,14 @@ def _backward(ctx: Any, grad_h: Tensor | None, grad_cell: Tensor | None, *_: Any
     if grad_cell is None:
         grad_cell = torch.zeros_like(new_cell)
     d_old_h, d_input, d_weights, d_bias, d_old_cell = torch.ops.lltm.backward.default(
-        grad_h, grad_cell, new_cell, input_gate, output_gate, candidate_cell, X, gate_weights,
+        grad_h,
+        grad_cell,
+        new_cell,
+        input_gate,
+        output_gate,
+        candidate_cell,
+        X,
+        gate_weights,
         weights,
     )
     return d_input, d_weights, d_bias.reshape(ctx.bias_shape), d_old_h, d_old_cell

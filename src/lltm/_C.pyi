@@ -1,0 +1,33 @@
+"""Type stubs for lltm._C, the compiled pybind11 module (cpp/bindings.cpp)."""
+
+import torch
+from torch import Tensor
+
+PYBIND11_VERSION: str
+"""Version of the pybind11 headers the module was compiled with (torch's bundled copy)."""
+TORCH_VERSION: str
+"""Version of the torch headers the module was compiled with."""
+
+def forward(
+    input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor, old_cell: Tensor
+) -> list[Tensor]:
+    """LLTM forward.
+
+    Returns [new_h, new_cell, input_gate, output_gate, candidate_cell, X, gate_weights].
+    """
+
+def backward(
+    grad_h: Tensor,
+    grad_cell: Tensor,
+    new_cell: Tensor,
+    input_gate: Tensor,
+    output_gate: Tensor,
+    candidate_cell: Tensor,
+    X: Tensor,  # noqa: N803
+    gate_weights: Tensor,
+    weights: Tensor,
+) -> list[Tensor]:
+    """LLTM backward. Returns [d_old_h, d_input, d_weights, d_bias, d_old_cell]."""
+
+def supported_dtypes() -> list[torch.dtype]:
+    """The dtypes the kernels are built for."""

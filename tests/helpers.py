@@ -1,0 +1,56 @@
+"""Helpers shared by the test modules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+# Parametrize with this: CUDA cases run where a GPU and a CUDA build exist,
+# and are reported as skipped elsewhere (see conftest.py).
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+# Tolerances against a float64 reference, by the dtype the op computed in.
+TOLERANCES = {
+    torch.float64: {"rtol": 1e-7, "atol": 1e-7},
+    torch.float32: {"rtol": 1e-4, "atol": 1e-5},
+    torch.float16: {"rtol": 5e-3, "atol": 5e-3},
+    torch.bfloat16: {"rtol": 4e-2, "atol": 4e-2},
+}
+
+
+def make_inputs(
+    batch: int,
+    features: int,
+    state: int,
+    *,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    bias_1d: bool = False,
+    requires_grad: bool = False,
+) -> list[torch.Tensor]:
+    """``[input, weights, bias, old_h, old_cell]`` drawn from N(0, 1)."""
+    bias_shape = (3 * state,) if bias_1d else (1, 3 * state)
+    shapes = [
+        (batch, features),
+        (3 * state, state + features),
+        bias_shape,
+        (batch, state),
+        (batch, state),
+    ]
+    return [
+        torch.randn(shape, device=device, dtype=dtype).requires_grad_(requires_grad)
+        for shape in shapes
+    ]
+
+
+def assert_close_to_reference(got: torch.Tensor, want: torch.Tensor) -> None:
+    """Compare with a float64 reference, at the tolerance of ``got``'s dtype.
+
+    The absolute tolerance scales with the largest reference value: GEMM
+    outputs and weight gradients sum hundreds of terms, so their rounding
+    error grows with their magnitude.
+    """
+    assert want.dtype == torch.float64
+    tol = TOLERANCES[got.dtype]
+    scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
+    torch.testing.assert_close(got.double(), want, rtol=tol["rtol"], atol=tol["atol"] * scale)

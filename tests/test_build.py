@@ -1,0 +1,201 @@
+"""The built module: what it records about its build, its stub, its loading."""
+
+from __future__ import annotations
+
+import ast
+import ctypes
+import importlib.metadata
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import lltm
+from lltm import _C
+from lltm._loader import mismatch_message
+
+STUB = Path(lltm.__file__).with_name("_C.pyi")
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300
+    )
+
+
+def major_minor(version: str) -> str:
+    return ".".join(version.split("+", maxsplit=1)[0].split(".")[:2])
+
+
+def test_build_info() -> None:
+    info = lltm.build_info()
+    assert {"torch", "cuda", "cuda_archs", "cxx11_abi", "version"} <= info.keys()
+    assert major_minor(info["torch"]) == major_minor(torch.__version__)
+    assert info["cxx11_abi"] == torch._C._GLIBCXX_USE_CXX11_ABI
+    assert isinstance(info["cuda_archs"], list)
+    has_cuda_kernel = torch._C._dispatch_has_kernel_for_dispatch_key("lltm::forward", "CUDA")
+    assert (info["cuda"] is not None) == has_cuda_kernel
+    assert bool(info["cuda_archs"]) == has_cuda_kernel
+    assert info["version"] == lltm.__version__ == importlib.metadata.version("lltm")
+
+
+def test_compiled_against_the_recorded_torch() -> None:
+    assert major_minor(_C.TORCH_VERSION) == major_minor(lltm.build_info()["torch"])
+
+
+def test_one_pybind11_copy_torch_bundled() -> None:
+    """The module was compiled with the pybind11 headers torch bundles, no other copy."""
+    header = Path(torch.__file__).parent / "include" / "pybind11" / "detail" / "common.h"
+    parts = dict(
+        re.findall(r"#define PYBIND11_VERSION_(MAJOR|MINOR|MICRO) (\d+)", header.read_text())
+    )
+    bundled = f"{parts['MAJOR']}.{parts['MINOR']}.{parts['MICRO']}"
+    assert bundled == _C.PYBIND11_VERSION
+    assert lltm.build_info()["pybind11"] == bundled
+
+
+def test_torch_types_cross_the_binding() -> None:
+    dtypes = _C.supported_dtypes()
+    assert all(isinstance(d, torch.dtype) for d in dtypes)
+    assert set(dtypes) == {torch.float32, torch.float64, torch.float16, torch.bfloat16}
+    inputs = [
+        torch.randn(2, 3),
+        torch.randn(12, 7),
+        torch.randn(1, 12),
+        torch.randn(2, 4),
+        torch.randn(2, 4),
+    ]
+    outputs = _C.forward(*inputs)
+    assert all(type(o) is torch.Tensor for o in outputs)
+    # A tensor subclass passes through as well (the caster accepts any Tensor).
+    param = torch.nn.Parameter(inputs[1])
+    assert _C.forward(inputs[0], param, *inputs[2:])[0].shape == (2, 4)
+
+
+def _stub_functions() -> dict[str, list[str]]:
+    tree = ast.parse(STUB.read_text())
+    return {
+        node.name: [a.arg for a in node.args.args]
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+    }
+
+
+def _stub_attributes() -> set[str]:
+    tree = ast.parse(STUB.read_text())
+    return {
+        node.target.id
+        for node in tree.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+    }
+
+
+def test_stub_matches_module() -> None:
+    public = {name for name in dir(_C) if not name.startswith("_")}
+    functions = _stub_functions()
+    assert public == set(functions) | _stub_attributes()
+    for name, params in functions.items():
+        # pybind11 puts the signature on the docstring's first line.
+        signature = getattr(_C, name).__doc__.splitlines()[0]
+        compiled_params = re.findall(r"(\w+): ", signature.split("->")[0])
+        assert compiled_params == params, name
+
+
+def test_requires_dist_pins_the_built_torch() -> None:
+    requires = importlib.metadata.requires("lltm") or []
+    pins = [r for r in requires if r.startswith("torch")]
+    assert pins == [f"torch=={major_minor(lltm.build_info()['torch'])}.*"]
+
+
+def test_python_m_lltm_reports_build_and_backends() -> None:
+    result = run_python("import runpy; runpy.run_module('lltm', run_name='__main__')")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["build"] == json.loads(json.dumps(lltm.build_info()))
+    assert report["backends"] == lltm.available_backends()
+    assert "cpu" in report["backends"]
+
+
+def test_mismatch_message_names_both_versions() -> None:
+    assert mismatch_message("2.13.0+cpu", "2.13.1") is None
+    message = mismatch_message("2.13.0+cpu", "2.14.1")
+    assert message is not None
+    assert "built against torch 2.13.0+cpu" in message
+    assert "torch 2.14.1 is installed" in message
+    assert "pip install 'torch==2.13.*'" in message
+    assert "--no-build-isolation" in message
+
+
+def test_import_under_another_torch_raises_import_error() -> None:
+    """Simulate a wheel built for another torch: a clear ImportError, and _C left unloaded."""
+    code = """
+import sys, types
+fake = types.ModuleType("lltm._build_info")
+fake.TORCH_VERSION = "2.99.0"
+sys.modules["lltm._build_info"] = fake
+try:
+    import lltm
+except ImportError as exc:
+    print(exc)
+    print("loaded _C:", "lltm._C" in sys.modules)
+"""
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert "lltm was built against torch 2.99.0" in result.stdout
+    assert f"torch {torch.__version__} is installed" in result.stdout
+    assert "loaded _C: False" in result.stdout
+
+
+def test_module_loads_without_torch_imported_first() -> None:
+    """RPATH $ORIGIN/../torch/lib: the .so finds libtorch with no LD_LIBRARY_PATH."""
+    so = Path(_C.__file__)
+    if not (so.parent.parent / "torch").is_dir():
+        pytest.skip("an editable install: $ORIGIN/../torch/lib resolves only in site-packages")
+    code = f"""
+import ctypes, sys
+ctypes.CDLL({str(so)!r})
+print("torch imported:", "torch" in sys.modules)
+"""
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert "torch imported: False" in result.stdout
+
+
+def test_runpath_points_at_torch() -> None:
+    data = Path(_C.__file__).read_bytes()
+    assert b"$ORIGIN/../torch/lib" in data
+    ctypes.CDLL(_C.__file__)  # already loaded: a no-op that must not fail
+
+
+def test_benchmark_cli_json() -> None:
+    code = (
+        "from lltm.benchmark import main; "
+        "main(['-b', '2', '-f', '3', '-s', '4', '--runs', '4', '--warmup', '1', '--rounds', '2', "
+        "'--device', 'cpu', '--json', '-'])"
+    )
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["config"]["batch_size"] == 2
+    variants = [r["variant"] for r in report["results"]]
+    assert variants == ["python", "cpp-function", "lltm"]
+    for r in report["results"]:
+        assert r["device"] == "cpu"
+        assert r["forward_us"]["min"] > 0
+        assert r["backward_us"]["median"] >= r["backward_us"]["min"]
+    assert report["results"][0]["forward_speedup"] == 1.0
+    assert "round 2/2" in result.stderr
+
+
+def test_benchmark_cli_rejects_unavailable_device() -> None:
+    if "cuda" in lltm.available_backends():
+        pytest.skip("CUDA is available here")
+    result = run_python(
+        "from lltm.benchmark import main; main(['--device', 'cuda', '--runs', '1'])"
+    )
+    assert result.returncode != 0
+    assert "--device cuda: lltm cannot run on cuda here (available: cpu" in result.stderr
