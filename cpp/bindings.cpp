@@ -13,6 +13,8 @@
 #include <torch/version.h>
 
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #ifndef TORCH_EXTENSION_NAME
@@ -23,17 +25,26 @@ namespace py = pybind11;
 
 namespace {
 
+template <typename Tuple>
+std::vector<at::Tensor> to_list(Tuple&& tensors) {
+  return std::apply(
+      [](auto&&... t) { return std::vector<at::Tensor>{std::move(t)...}; },
+      std::forward<Tuple>(tensors));
+}
+
+// The tutorial's API returns lists; `Impl` is the dispatcher-calling C++ API
+// or, for the benchmark's baseline, the ATen-only implementation.
+template <auto Impl>
 std::vector<at::Tensor> forward(
     const at::Tensor& input,
     const at::Tensor& weights,
     const at::Tensor& bias,
     const at::Tensor& old_h,
     const at::Tensor& old_cell) {
-  auto [new_h, new_cell, input_gate, output_gate, candidate_cell, X, gates] =
-      lltm::forward(input, weights, bias, old_h, old_cell);
-  return {new_h, new_cell, input_gate, output_gate, candidate_cell, X, gates};
+  return to_list(Impl(input, weights, bias, old_h, old_cell));
 }
 
+template <auto Impl>
 std::vector<at::Tensor> backward(
     const at::Tensor& grad_h,
     const at::Tensor& grad_cell,
@@ -44,7 +55,7 @@ std::vector<at::Tensor> backward(
     const at::Tensor& X,
     const at::Tensor& gate_weights,
     const at::Tensor& weights) {
-  auto [d_old_h, d_input, d_weights, d_bias, d_old_cell] = lltm::backward(
+  return to_list(Impl(
       grad_h,
       grad_cell,
       new_cell,
@@ -53,32 +64,29 @@ std::vector<at::Tensor> backward(
       candidate_cell,
       X,
       gate_weights,
-      weights);
-  return {d_old_h, d_input, d_weights, d_bias, d_old_cell};
+      weights));
 }
 
-} // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() =
-      "LLTM forward and backward, the tutorial's API over the lltm:: "
-      "dispatcher ops.";
+template <typename Module, typename Function>
+void def_forward(Module& m, const char* name, Function f, const char* doc) {
   m.def(
-      "forward",
-      &forward,
-      "LLTM forward. Returns [new_h, new_cell, input_gate, output_gate, "
-      "candidate_cell, X, gate_weights].",
+      name,
+      f,
+      doc,
       py::arg("input"),
       py::arg("weights"),
       py::arg("bias"),
       py::arg("old_h"),
       py::arg("old_cell"),
       py::call_guard<py::gil_scoped_release>());
+}
+
+template <typename Module, typename Function>
+void def_backward(Module& m, const char* name, Function f, const char* doc) {
   m.def(
-      "backward",
-      &backward,
-      "LLTM backward. Returns [d_old_h, d_input, d_weights, d_bias, "
-      "d_old_cell].",
+      name,
+      f,
+      doc,
       py::arg("grad_h"),
       py::arg("grad_cell"),
       py::arg("new_cell"),
@@ -89,6 +97,38 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("gate_weights"),
       py::arg("weights"),
       py::call_guard<py::gil_scoped_release>());
+}
+
+} // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() =
+      "LLTM forward and backward, the tutorial's API over the lltm:: "
+      "dispatcher ops.";
+  def_forward(
+      m,
+      "forward",
+      &forward<&lltm::forward>,
+      "LLTM forward. Returns [new_h, new_cell, input_gate, output_gate, "
+      "candidate_cell, X, gate_weights].");
+  def_backward(
+      m,
+      "backward",
+      &backward<&lltm::backward>,
+      "LLTM backward. Returns [d_old_h, d_input, d_weights, d_bias, "
+      "d_old_cell].");
+  // The ATen-only implementation on any device, without the dispatcher:
+  // the benchmark's "C++ on the GPU" baseline.
+  def_forward(
+      m,
+      "_forward_aten",
+      &forward<&lltm::aten::forward>,
+      "forward() computed with ATen operations only, on any device.");
+  def_backward(
+      m,
+      "_backward_aten",
+      &backward<&lltm::aten::backward>,
+      "backward() computed with ATen operations only, on any device.");
   m.def(
       "supported_dtypes",
       [] { return lltm::supported_dtypes().vec(); },

@@ -4,6 +4,10 @@
 
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/sum.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/ArrayRef.h>
 #include <torch/library.h>
@@ -12,6 +16,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 namespace lltm {
 namespace {
@@ -248,6 +253,35 @@ Sizes check_backward_args(
       {3 * S, S + F},
       "[3 * state_size, state_size + input_features]");
   return Sizes{B, F, S};
+}
+
+std::tuple<at::Tensor, at::Tensor> gate_preactivations(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& old_h) {
+  at::Tensor X = at::cat({old_h, input}, /*dim=*/1);
+  at::Tensor gate_weights =
+      at::addmm(bias.reshape({1, weights.size(0)}), X, weights.t());
+  return {X, gate_weights};
+}
+
+BackwardResult backward_gemms(
+    const at::Tensor& d_gates,
+    const at::Tensor& X,
+    const at::Tensor& weights,
+    at::Tensor d_old_cell) {
+  const int64_t S = d_old_cell.size(1);
+  at::Tensor d_weights = at::mm(d_gates.t(), X);
+  at::Tensor d_bias = at::sum(d_gates, /*dim=*/0, /*keepdim=*/true);
+  // One GEMM for [d_old_h | d_input], then dense copies of its two column
+  // blocks: outputs of an op must not share storage, and two copies cost
+  // less than a second GEMM.
+  const at::Tensor d_X = at::mm(d_gates, weights);
+  at::Tensor d_old_h = d_X.narrow(1, 0, S).clone(at::MemoryFormat::Contiguous);
+  at::Tensor d_input =
+      d_X.narrow(1, S, d_X.size(1) - S).clone(at::MemoryFormat::Contiguous);
+  return {d_old_h, d_input, d_weights, d_bias, std::move(d_old_cell)};
 }
 
 ForwardResult forward(

@@ -60,6 +60,51 @@ Sizes check_backward_args(
     const at::Tensor& gate_weights,
     const at::Tensor& weights);
 
+// The GEMM parts, shared by every backend (ATen picks BLAS or cuBLAS).
+
+// Returns X = [old_h | input] and the gate pre-activations
+// gate_weights = X W^T + b, [batch, 3 * state_size].
+std::tuple<at::Tensor, at::Tensor> gate_preactivations(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& old_h);
+
+// From d_gates = dZ ([batch, 3 * state_size]): d_weights = dZ^T X,
+// d_bias = the batch sum of dZ, and [d_old_h | d_input] = dZ W. Returns the
+// backward's outputs with d_old_cell passed through.
+BackwardResult backward_gemms(
+    const at::Tensor& d_gates,
+    const at::Tensor& X,
+    const at::Tensor& weights,
+    at::Tensor d_old_cell);
+
+// The implementation in ATen operations alone: the CPU kernels, registered
+// in lltm_cpu.cpp. It runs on any device; on CUDA tensors it is the
+// tutorial's "C++ extension on the GPU" that the benchmark compares the
+// CUDA kernels with.
+namespace aten {
+
+ForwardResult forward(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& old_h,
+    const at::Tensor& old_cell);
+
+BackwardResult backward(
+    const at::Tensor& grad_h,
+    const at::Tensor& grad_cell,
+    const at::Tensor& new_cell,
+    const at::Tensor& input_gate,
+    const at::Tensor& output_gate,
+    const at::Tensor& candidate_cell,
+    const at::Tensor& X,
+    const at::Tensor& gate_weights,
+    const at::Tensor& weights);
+
+} // namespace aten
+
 // The C++ API: calls the dispatcher, so it reaches the kernel of whatever
 // device the tensors live on (and autograd, when it is registered).
 ForwardResult forward(

@@ -23,24 +23,21 @@
 #include "lltm.h"
 
 #include <ATen/ops/addcmul.h>
-#include <ATen/ops/addmm.h>
-#include <ATen/ops/cat.h>
 #include <ATen/ops/elu.h>
 #include <ATen/ops/elu_backward.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/mm.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/sigmoid.h>
 #include <ATen/ops/sigmoid_backward.h>
-#include <ATen/ops/sum.h>
 #include <ATen/ops/tanh.h>
 #include <ATen/ops/tanh_backward.h>
 #include <torch/library.h>
 
-namespace lltm {
-namespace {
+#include <utility>
 
-ForwardResult lltm_forward_cpu(
+namespace lltm::aten {
+
+ForwardResult forward(
     const at::Tensor& input,
     const at::Tensor& weights,
     const at::Tensor& bias,
@@ -49,8 +46,7 @@ ForwardResult lltm_forward_cpu(
   const Sizes sizes = check_forward_args(input, weights, bias, old_h, old_cell);
   const int64_t S = sizes.state_size;
 
-  at::Tensor X = at::cat({old_h, input}, /*dim=*/1);
-  at::Tensor gate_weights = at::addmm(bias.reshape({1, 3 * S}), X, weights.t());
+  auto [X, gate_weights] = gate_preactivations(input, weights, bias, old_h);
   at::Tensor input_gate = at::sigmoid(gate_weights.narrow(1, 0, S));
   at::Tensor output_gate = at::sigmoid(gate_weights.narrow(1, S, S));
   at::Tensor candidate_cell = at::elu(gate_weights.narrow(1, 2 * S, S));
@@ -66,7 +62,7 @@ ForwardResult lltm_forward_cpu(
       gate_weights};
 }
 
-BackwardResult lltm_backward_cpu(
+BackwardResult backward(
     const at::Tensor& grad_h,
     const at::Tensor& grad_cell,
     const at::Tensor& new_cell,
@@ -110,22 +106,12 @@ BackwardResult lltm_backward_cpu(
       /*is_result=*/false,
       gate_weights.narrow(1, 2 * S, S));
 
-  at::Tensor d_weights = at::mm(d_gates.t(), X);
-  at::Tensor d_bias = at::sum(d_gates, /*dim=*/0, /*keepdim=*/true);
-  // One GEMM for [d_old_h | d_input], then dense copies of its two column
-  // blocks: outputs of an op must not share storage, and two copies cost
-  // less than a second GEMM.
-  const at::Tensor d_X = at::mm(d_gates, weights);
-  at::Tensor d_old_h = d_X.narrow(1, 0, S).clone(at::MemoryFormat::Contiguous);
-  at::Tensor d_input =
-      d_X.narrow(1, S, d_X.size(1) - S).clone(at::MemoryFormat::Contiguous);
-  return {d_old_h, d_input, d_weights, d_bias, d_old_cell};
+  return backward_gemms(d_gates, X, weights, std::move(d_old_cell));
 }
 
-} // namespace
-} // namespace lltm
+} // namespace lltm::aten
 
 TORCH_LIBRARY_IMPL(lltm, CPU, m) {
-  m.impl("forward", &lltm::lltm_forward_cpu);
-  m.impl("backward", &lltm::lltm_backward_cpu);
+  m.impl("forward", &lltm::aten::forward);
+  m.impl("backward", &lltm::aten::backward);
 }

@@ -131,3 +131,16 @@ def test_tutorial_function_trains_like_the_reference(device: str) -> None:
         LLTMFunction.apply,
         make_inputs(3, 17, 5, device=device, dtype=torch.float64, requires_grad=True),
     )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_aten_implementation_matches_the_kernels(device: str) -> None:
+    """_C._forward_aten/_backward_aten, the benchmark's ATen baseline, on any device."""
+    args = make_inputs(5, 7, 9, device=device, dtype=torch.float64)
+    outputs = lltm_cpp.forward(*args)
+    torch.testing.assert_close(lltm_cpp._forward_aten(*args), outputs)
+    grads = [torch.randn_like(outputs[0]), torch.randn_like(outputs[0])]
+    torch.testing.assert_close(
+        lltm_cpp._backward_aten(*grads, *outputs[1:], args[1]),
+        lltm_cpp.backward(*grads, *outputs[1:], args[1]),
+    )

@@ -5,12 +5,16 @@ each device, and prints a table with the speedup over the pure-PyTorch
 reference measured in the same run. The defaults are the tutorial's sizes:
 batch 16, 32 input features, state size 128.
 
-Variants:
+Variants, the tutorial's three and the modern API:
 
 * ``python``: :func:`lltm.reference.lltm_reference`, differentiated by autograd;
-* ``cpp-function``: the tutorial's ``torch.autograd.Function`` over
-  ``lltm._C.forward``/``backward`` (on CUDA tensors these reach the CUDA
-  kernels through the dispatcher);
+* ``aten``: the tutorial's ``torch.autograd.Function`` over the C++
+  implementation in ATen operations alone (``lltm._C._forward_aten``); the
+  tutorial's "C++ extension", and on CUDA its "C++ on the GPU" row. Timed on
+  CUDA only by default: on the CPU it is what ``kernels`` runs;
+* ``kernels``: the same Function over ``lltm._C.forward``/``backward``, which
+  reach the device's kernels through the dispatcher: the CPU kernels, or the
+  fused CUDA kernels (the tutorial's "custom CUDA kernels" row);
 * ``lltm``: :func:`lltm.lltm`, the dispatcher op with its
   ``torch.library`` autograd formula.
 
@@ -49,32 +53,40 @@ DTYPES = {
 Step = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
 
 
-class _TutorialFunction(torch.autograd.Function):
-    """The tutorial's LLTMFunction, over the pybind11 functions of lltm._C."""
+def _tutorial_function(
+    forward: Callable[..., list[Tensor]], backward: Callable[..., list[Tensor]]
+) -> Step:
+    """The tutorial's LLTMFunction over a forward/backward pair of lltm._C."""
 
-    @staticmethod
-    def forward(ctx: Any, *args: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
-        outputs = _C.forward(*args)
-        ctx.save_for_backward(*outputs[1:], args[1])
-        return outputs[0], outputs[1]
+    class LLTMFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, *args: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+            outputs = forward(*args)
+            ctx.save_for_backward(*outputs[1:], args[1])
+            return outputs[0], outputs[1]
 
-    @staticmethod
-    def backward(ctx: Any, grad_h: Tensor, grad_cell: Tensor) -> tuple[Tensor, ...]:  # type: ignore[override]
-        d_old_h, d_input, d_weights, d_bias, d_old_cell = _C.backward(
-            grad_h.contiguous(), grad_cell.contiguous(), *ctx.saved_tensors
-        )
-        return d_input, d_weights, d_bias, d_old_h, d_old_cell
+        @staticmethod
+        def backward(ctx: Any, grad_h: Tensor, grad_cell: Tensor) -> tuple[Tensor, ...]:  # type: ignore[override]
+            d_old_h, d_input, d_weights, d_bias, d_old_cell = backward(
+                grad_h.contiguous(), grad_cell.contiguous(), *ctx.saved_tensors
+            )
+            return d_input, d_weights, d_bias, d_old_h, d_old_cell
 
-
-def _tutorial_function(*args: Tensor) -> tuple[Tensor, Tensor]:
-    return _TutorialFunction.apply(*args)  # type: ignore[no-any-return]
+    return LLTMFunction.apply  # type: ignore[return-value]
 
 
 VARIANTS: dict[str, Step] = {
     "python": lltm_reference,
-    "cpp-function": _tutorial_function,
+    "aten": _tutorial_function(_C._forward_aten, _C._backward_aten),
+    "kernels": _tutorial_function(_C.forward, _C.backward),
     "lltm": lltm.lltm,
 }
+
+
+def _default_variants(device: torch.device) -> list[str]:
+    if device.type == "cpu":
+        return ["python", "kernels", "lltm"]
+    return list(VARIANTS)
 
 
 @dataclass
@@ -162,7 +174,8 @@ def run(args: argparse.Namespace) -> list[Result]:
     dtype = DTYPES[args.dtype]
     results = []
     for device in _devices(args.device):
-        cases = {name: _Case(VARIANTS[name], device, args, dtype) for name in args.variants}
+        names = args.variants or _default_variants(device)
+        cases = {name: _Case(VARIANTS[name], device, args, dtype) for name in names}
         for case in cases.values():
             case.iterate(args.warmup, record=False)
         rounds = min(args.rounds, args.runs)
@@ -269,8 +282,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--variants",
         type=lambda s: s.split(","),
-        default=list(VARIANTS),
-        help=f"comma-separated subset of {','.join(VARIANTS)}",
+        default=None,
+        help=f"comma-separated subset of {','.join(VARIANTS)} "
+        "(default: all; on the CPU, aten is left out as it is what kernels runs)",
     )
     parser.add_argument(
         "--json",
@@ -278,7 +292,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="also write the results as JSON to PATH ('-' prints JSON instead of the table)",
     )
     args = parser.parse_args(argv)
-    unknown = [v for v in args.variants if v not in VARIANTS]
+    unknown = [v for v in args.variants or [] if v not in VARIANTS]
     if unknown:
         parser.error(f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
     return args

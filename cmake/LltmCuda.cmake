@@ -1,0 +1,110 @@
+# Decides whether lltm builds its CUDA kernels, and prepares torch's CMake for
+# it. Included before find_package(Torch) when LLTM_CUDA is AUTO or ON; sets
+# LLTM_WITH_CUDA, LLTM_CUDA_ARCH_LIST and the function lltm_add_cuda_kernels.
+
+set(LLTM_WITH_CUDA OFF)
+string(TOUPPER "${LLTM_CUDA}" _lltm_cuda_mode)
+
+# Find nvcc as torch.utils.cpp_extension does: CUDACXX, CUDA_HOME, PATH,
+# then /usr/local/cuda.
+if(NOT DEFINED ENV{CUDACXX} AND NOT CMAKE_CUDA_COMPILER)
+  foreach(_root IN ITEMS "$ENV{CUDA_HOME}" "$ENV{CUDA_PATH}" /usr/local/cuda)
+    if(_root AND EXISTS "${_root}/bin/nvcc")
+      set(CMAKE_CUDA_COMPILER "${_root}/bin/nvcc")
+      break()
+    endif()
+  endforeach()
+endif()
+
+set(_lltm_no_cuda_reason "")
+if(NOT LLTM_TORCH_CUDA)
+  set(_lltm_no_cuda_reason "torch ${LLTM_TORCH_VERSION} is a CPU build (torch.version.cuda is None)")
+else()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(NOT CMAKE_CUDA_COMPILER)
+    set(_lltm_no_cuda_reason
+        "no CUDA compiler was found: put nvcc on PATH, or set CUDACXX or CUDA_HOME")
+  endif()
+endif()
+
+if(_lltm_no_cuda_reason)
+  if(_lltm_cuda_mode STREQUAL "AUTO")
+    message(STATUS "lltm: building without CUDA kernels: ${_lltm_no_cuda_reason}")
+    return()
+  endif()
+  message(FATAL_ERROR "lltm: LLTM_CUDA=${LLTM_CUDA} asks for the CUDA kernels, but "
+                      "${_lltm_no_cuda_reason}. Set LLTM_CUDA=0 to build for the CPU only.")
+endif()
+
+enable_language(CUDA)
+# Architectures are set on the kernel library (below); torch's CMake warns
+# when a global default is set.
+set(CMAKE_CUDA_ARCHITECTURES OFF)
+set(LLTM_WITH_CUDA ON)
+string(REGEX MATCH "^[0-9]+" _torch_cuda_major "${LLTM_TORCH_CUDA}")
+if(NOT CMAKE_CUDA_COMPILER_VERSION MATCHES "^${_torch_cuda_major}\\.")
+  message(FATAL_ERROR "lltm: nvcc ${CMAKE_CUDA_COMPILER_VERSION} (${CMAKE_CUDA_COMPILER}) cannot "
+                      "build for torch ${LLTM_TORCH_VERSION}, which uses CUDA ${LLTM_TORCH_CUDA}: "
+                      "use a CUDA ${_torch_cuda_major}.x toolkit.")
+endif()
+
+# Architectures: TORCH_CUDA_ARCH_LIST when set, else machine code for each
+# architecture the toolkit and torch support, sm_90 among them, plus PTX for
+# the newest so that later GPUs can run it. No GPU is probed.
+if(DEFINED ENV{TORCH_CUDA_ARCH_LIST} AND NOT "$ENV{TORCH_CUDA_ARCH_LIST}" STREQUAL "")
+  string(REGEX REPLACE "[ ;]+" ";" LLTM_CUDA_ARCH_LIST "$ENV{TORCH_CUDA_ARCH_LIST}")
+elseif(CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 13.0)
+  set(LLTM_CUDA_ARCH_LIST 7.5 8.0 8.6 8.9 9.0 10.0 12.0+PTX)
+elseif(CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.8)
+  set(LLTM_CUDA_ARCH_LIST 7.0 7.5 8.0 8.6 8.9 9.0 10.0 12.0+PTX)
+else()
+  set(LLTM_CUDA_ARCH_LIST 7.0 7.5 8.0 8.6 8.9 9.0+PTX)
+endif()
+message(STATUS "lltm: CUDA ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${LLTM_CUDA_ARCH_LIST}")
+
+# torch's CMake probes the GPU when TORCH_CUDA_ARCH_LIST is unset, and finds
+# the toolkit through CUDA_HOME: hand it ours.
+set(ENV{TORCH_CUDA_ARCH_LIST} "${LLTM_CUDA_ARCH_LIST}")
+# (Its FindCUDA would otherwise take the first nvcc on PATH, maybe a symlink
+# outside the toolkit.)
+file(REAL_PATH "${CMAKE_CUDA_COMPILER}" _lltm_nvcc)
+cmake_path(GET _lltm_nvcc PARENT_PATH _lltm_cuda_home)
+cmake_path(GET _lltm_cuda_home PARENT_PATH _lltm_cuda_home)
+set(CUDA_TOOLKIT_ROOT_DIR "${_lltm_cuda_home}" CACHE PATH "The CUDA toolkit torch's CMake uses")
+set(ENV{CUDA_HOME} "${_lltm_cuda_home}")
+# torch's CMake also rewrites the global CUDA flags (gencode lists and more);
+# the kernel library sets its own, per target. Restored after find_package.
+set(_lltm_saved_cuda_flags "${CMAKE_CUDA_FLAGS}")
+
+# Adds the kernel library (cuda/) and the C++ layer over it to `target`.
+function(lltm_add_cuda_kernels target)
+  set(CMAKE_CUDA_FLAGS "${_lltm_saved_cuda_flags}")
+  set(_archs "")
+  foreach(_arch IN LISTS LLTM_CUDA_ARCH_LIST)
+    if(NOT _arch MATCHES "^([0-9]+)\\.([0-9]+)([af]?)(\\+PTX)?$")
+      message(FATAL_ERROR "lltm: cannot read '${_arch}' in TORCH_CUDA_ARCH_LIST; "
+                          "expected entries like 9.0, 9.0a or 12.0+PTX")
+    endif()
+    set(_sm "${CMAKE_MATCH_1}${CMAKE_MATCH_2}${CMAKE_MATCH_3}")
+    if(CMAKE_MATCH_4)
+      list(APPEND _archs "${_sm}") # machine code and PTX
+    else()
+      list(APPEND _archs "${_sm}-real")
+    endif()
+  endforeach()
+
+  add_library(lltm_cuda_kernels STATIC cuda/lltm_kernel.cu)
+  set_target_properties(
+    lltm_cuda_kernels
+    PROPERTIES CUDA_ARCHITECTURES "${_archs}"
+               CUDA_STANDARD 17
+               CUDA_STANDARD_REQUIRED ON
+               POSITION_INDEPENDENT_CODE ON
+               CUDA_VISIBILITY_PRESET hidden
+               # The CUDA runtime torch loads, not a second, static copy.
+               CUDA_RUNTIME_LIBRARY Shared)
+  target_compile_options(lltm_cuda_kernels PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>")
+  target_sources(${target} PRIVATE cpp/lltm_cuda.cpp)
+  target_link_libraries(${target} PRIVATE lltm_cuda_kernels)
+endfunction()
