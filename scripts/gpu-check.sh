@@ -43,10 +43,10 @@ LLTM_CUDA=1 step build build.log "$py" -m pip install --no-build-isolation --no-
 }
 "$py" -m lltm | tee "$out/lltm.json"
 
-LLTM_TEST_LARGE=1 step tests tests.log "$py" -m pytest tests -p no:cacheprovider -q -rs --durations=10
+LLTM_TEST_LARGE=1 step tests tests.log timeout 300 "$py" -m pytest tests -p no:cacheprovider -q -rs --durations=10
 # memcheck needs the caching allocator off (it hides out-of-bounds accesses
 # inside its slabs) and runs without torch.compile, which is slow under it.
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 step memcheck memcheck.log \
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 step memcheck memcheck.log timeout 240 \
   compute-sanitizer --tool memcheck --error-exitcode 1 --print-limit 20 \
   "$py" -m pytest tests -p no:cacheprovider -q -m cuda -k "not compile and not 64bit"
 
