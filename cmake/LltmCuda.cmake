@@ -1,12 +1,33 @@
-# Decides whether lltm builds its CUDA kernels, and prepares torch's CMake for
-# it. Included before find_package(Torch) when LLTM_CUDA is AUTO or ON; sets
-# LLTM_WITH_CUDA, LLTM_CUDA_ARCH_LIST and the function lltm_add_cuda_kernels.
+# CUDA for lltm, included before find_package(Torch). Sets LLTM_WITH_CUDA
+# (whether to build the kernels), LLTM_CUDA_ARCH_LIST and the function
+# lltm_add_cuda_kernels.
+#
+# A CUDA build of torch needs a CUDA toolkit for its own CMake config, even
+# when lltm builds no kernels (LLTM_CUDA=0): find one here, hand it to torch's
+# CMake, and fail with a clear message when there is none.
 
 set(LLTM_WITH_CUDA OFF)
 string(TOUPPER "${LLTM_CUDA}" _lltm_cuda_mode)
+if(_lltm_cuda_mode STREQUAL "AUTO")
+  set(_lltm_want_cuda ON)
+elseif(LLTM_CUDA)
+  set(_lltm_want_cuda ON)
+else()
+  set(_lltm_want_cuda OFF)
+endif()
 
-# Find nvcc as torch.utils.cpp_extension does: CUDACXX, CUDA_HOME, PATH,
-# then /usr/local/cuda.
+if(NOT LLTM_TORCH_CUDA)
+  if(LLTM_CUDA AND NOT _lltm_cuda_mode STREQUAL "AUTO")
+    message(FATAL_ERROR "lltm: LLTM_CUDA=${LLTM_CUDA} asks for the CUDA kernels, but torch "
+                        "${LLTM_TORCH_VERSION} is a CPU build (torch.version.cuda is None). "
+                        "Install a CUDA build of torch, or set LLTM_CUDA=0.")
+  endif()
+  message(STATUS "lltm: building without CUDA kernels: torch ${LLTM_TORCH_VERSION} is a CPU build")
+  return()
+endif()
+
+# Find nvcc as torch.utils.cpp_extension does: CUDACXX, CUDA_HOME, PATH, then
+# /usr/local/cuda.
 if(NOT DEFINED ENV{CUDACXX} AND NOT CMAKE_CUDA_COMPILER)
   foreach(_root IN ITEMS "$ENV{CUDA_HOME}" "$ENV{CUDA_PATH}" /usr/local/cuda)
     if(_root AND EXISTS "${_root}/bin/nvcc")
@@ -15,33 +36,24 @@ if(NOT DEFINED ENV{CUDACXX} AND NOT CMAKE_CUDA_COMPILER)
     endif()
   endforeach()
 endif()
-
-set(_lltm_no_cuda_reason "")
-if(NOT LLTM_TORCH_CUDA)
-  set(_lltm_no_cuda_reason "torch ${LLTM_TORCH_VERSION} is a CPU build (torch.version.cuda is None)")
-else()
-  include(CheckLanguage)
-  check_language(CUDA)
-  if(NOT CMAKE_CUDA_COMPILER)
-    set(_lltm_no_cuda_reason
-        "no CUDA compiler was found: put nvcc on PATH, or set CUDACXX or CUDA_HOME")
+include(CheckLanguage)
+check_language(CUDA)
+if(NOT CMAKE_CUDA_COMPILER)
+  if(_lltm_want_cuda AND NOT _lltm_cuda_mode STREQUAL "AUTO")
+    set(_lltm_ask "LLTM_CUDA=${LLTM_CUDA} asks for the CUDA kernels, but no CUDA compiler was found")
+  else()
+    set(_lltm_ask "torch ${LLTM_TORCH_VERSION} is a CUDA build, whose CMake config needs the "
+                  "CUDA ${LLTM_TORCH_CUDA} toolkit even for a CPU-only build, and no CUDA "
+                  "compiler was found")
   endif()
-endif()
-
-if(_lltm_no_cuda_reason)
-  if(_lltm_cuda_mode STREQUAL "AUTO")
-    message(STATUS "lltm: building without CUDA kernels: ${_lltm_no_cuda_reason}")
-    return()
-  endif()
-  message(FATAL_ERROR "lltm: LLTM_CUDA=${LLTM_CUDA} asks for the CUDA kernels, but "
-                      "${_lltm_no_cuda_reason}. Set LLTM_CUDA=0 to build for the CPU only.")
+  message(FATAL_ERROR "lltm: ${_lltm_ask}: put nvcc on PATH, or set CUDACXX or CUDA_HOME "
+                      "(or build against a CPU build of torch).")
 endif()
 
 enable_language(CUDA)
 # Architectures are set on the kernel library (below); torch's CMake warns
 # when a global default is set.
 set(CMAKE_CUDA_ARCHITECTURES OFF)
-set(LLTM_WITH_CUDA ON)
 string(REGEX MATCH "^[0-9]+" _torch_cuda_major "${LLTM_TORCH_CUDA}")
 if(NOT CMAKE_CUDA_COMPILER_VERSION MATCHES "^${_torch_cuda_major}\\.")
   message(FATAL_ERROR "lltm: nvcc ${CMAKE_CUDA_COMPILER_VERSION} (${CMAKE_CUDA_COMPILER}) cannot "
@@ -61,21 +73,26 @@ elseif(CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.8)
 else()
   set(LLTM_CUDA_ARCH_LIST 7.0 7.5 8.0 8.6 8.9 9.0+PTX)
 endif()
-message(STATUS "lltm: CUDA ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${LLTM_CUDA_ARCH_LIST}")
 
 # torch's CMake probes the GPU when TORCH_CUDA_ARCH_LIST is unset, and finds
-# the toolkit through CUDA_HOME: hand it ours.
+# the toolkit through CUDA_TOOLKIT_ROOT_DIR (else the first nvcc on PATH,
+# maybe a wrapper outside the toolkit): hand it ours.
 set(ENV{TORCH_CUDA_ARCH_LIST} "${LLTM_CUDA_ARCH_LIST}")
-# (Its FindCUDA would otherwise take the first nvcc on PATH, maybe a symlink
-# outside the toolkit.)
 file(REAL_PATH "${CMAKE_CUDA_COMPILER}" _lltm_nvcc)
 cmake_path(GET _lltm_nvcc PARENT_PATH _lltm_cuda_home)
 cmake_path(GET _lltm_cuda_home PARENT_PATH _lltm_cuda_home)
 set(CUDA_TOOLKIT_ROOT_DIR "${_lltm_cuda_home}" CACHE PATH "The CUDA toolkit torch's CMake uses")
 set(ENV{CUDA_HOME} "${_lltm_cuda_home}")
 # torch's CMake also rewrites the global CUDA flags (gencode lists and more);
-# the kernel library sets its own, per target. Restored after find_package.
+# the kernel library sets its own, per target.
 set(_lltm_saved_cuda_flags "${CMAKE_CUDA_FLAGS}")
+
+if(NOT _lltm_want_cuda)
+  message(STATUS "lltm: building without CUDA kernels (LLTM_CUDA=${LLTM_CUDA})")
+  return()
+endif()
+set(LLTM_WITH_CUDA ON)
+message(STATUS "lltm: CUDA ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${LLTM_CUDA_ARCH_LIST}")
 
 # Adds the kernel library (cuda/) and the C++ layer over it to `target`.
 function(lltm_add_cuda_kernels target)

@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <initializer_list>
 #include <optional>
-#include <string_view>
+#include <string>
 #include <utility>
 
 namespace lltm {
@@ -27,8 +27,21 @@ struct Arg {
 };
 
 // torch's Python name for a dtype ("float32"), which is what users write.
-std::string_view dtype_name(at::ScalarType dtype) {
-  return c10::getDtypeNames(dtype).first;
+// A copy: some torch releases return the names by value.
+std::string dtype_name(at::ScalarType dtype) {
+  return std::string(c10::getDtypeNames(dtype).first);
+}
+
+// "[4, 5]". Numbers are formatted with std::to_string rather than streamed:
+// on some machines (seen with torch 2.11 on Ubuntu 24.04), streaming an
+// integer into an ostringstream from an extension crashes the process, and
+// an error message must never do that.
+std::string shape_str(c10::IntArrayRef sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    out += (i == 0 ? "" : ", ") + std::to_string(sizes[i]);
+  }
+  return out + "]";
 }
 
 bool is_supported_dtype(at::ScalarType dtype) {
@@ -74,9 +87,9 @@ void check_dtypes_and_devices(const char* op, std::initializer_list<Arg> args) {
         " to be on the same device as ",
         first.name,
         " (",
-        first.tensor.device(),
+        first.tensor.device().str(),
         "), but got ",
-        arg.tensor.device());
+        arg.tensor.device().str());
   }
 }
 
@@ -89,9 +102,9 @@ void check_2d(const char* op, const Arg& arg, const char* layout) {
       " to be a 2-D tensor ",
       layout,
       ", but got a ",
-      arg.tensor.dim(),
+      std::to_string(arg.tensor.dim()),
       "-D tensor of shape ",
-      arg.tensor.sizes());
+      shape_str(arg.tensor.sizes()));
 }
 
 void check_shape(
@@ -107,9 +120,9 @@ void check_shape(
       " to have shape ",
       layout,
       " = ",
-      expected,
+      shape_str(expected),
       ", but got ",
-      arg.tensor.sizes());
+      shape_str(arg.tensor.sizes()));
 }
 
 // Whether a call can record an autograd graph. When it cannot, the C++ API
@@ -171,12 +184,12 @@ Sizes check_forward_args(
   TORCH_CHECK_VALUE(
       bias_ok,
       op,
-      ": expected bias to have shape [3 * state_size] = [",
-      3 * S,
-      "] or [1, 3 * state_size] = [1, ",
-      3 * S,
-      "], but got ",
-      bias.sizes());
+      ": expected bias to have shape [3 * state_size] = ",
+      shape_str({3 * S}),
+      " or [1, 3 * state_size] = ",
+      shape_str({1, 3 * S}),
+      ", but got ",
+      shape_str(bias.sizes()));
   return sizes;
 }
 
@@ -234,9 +247,9 @@ Sizes check_backward_args(
       op,
       ": expected X to have shape [batch, state_size + input_features] with "
       "at least state_size = ",
-      S,
+      std::to_string(S),
       " columns, but got ",
-      X.sizes());
+      shape_str(X.sizes()));
   for (const Arg& arg :
        {grad_cell_arg,
         new_cell_arg,

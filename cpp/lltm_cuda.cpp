@@ -80,17 +80,18 @@ ForwardResult lltm_forward_cuda(
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "lltm_forward_cuda", [&] {
-        C10_CUDA_CHECK(cuda::launch_forward_pointwise(
-            in<scalar_t>(gate_weights),
-            in<scalar_t>(old_cell_c),
-            out<scalar_t>(new_h),
-            out<scalar_t>(new_cell),
-            out<scalar_t>(input_gate),
-            out<scalar_t>(output_gate),
-            out<scalar_t>(candidate_cell),
-            B,
-            S,
-            stream));
+        C10_CUDA_CHECK(
+            cuda::launch_forward_pointwise(
+                in<scalar_t>(gate_weights),
+                in<scalar_t>(old_cell_c),
+                out<scalar_t>(new_h),
+                out<scalar_t>(new_cell),
+                out<scalar_t>(input_gate),
+                out<scalar_t>(output_gate),
+                out<scalar_t>(candidate_cell),
+                B,
+                S,
+                stream));
       });
   return {
       new_h,
@@ -140,20 +141,25 @@ BackwardResult lltm_backward_cuda(
 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, grad_h.scalar_type(), "lltm_backward_cuda", [&] {
-        C10_CUDA_CHECK(cuda::launch_backward_pointwise(
-            in<scalar_t>(grad_h_c),
-            in<scalar_t>(grad_cell_c),
-            in<scalar_t>(new_cell_c),
-            in<scalar_t>(input_gate_c),
-            in<scalar_t>(output_gate_c),
-            in<scalar_t>(candidate_cell_c),
-            in<scalar_t>(gate_weights_c),
-            out<scalar_t>(d_gates),
-            out<scalar_t>(d_old_cell),
-            B,
-            S,
-            stream));
+      at::kHalf,
+      at::kBFloat16,
+      grad_h.scalar_type(),
+      "lltm_backward_cuda",
+      [&] {
+        C10_CUDA_CHECK(
+            cuda::launch_backward_pointwise(
+                in<scalar_t>(grad_h_c),
+                in<scalar_t>(grad_cell_c),
+                in<scalar_t>(new_cell_c),
+                in<scalar_t>(input_gate_c),
+                in<scalar_t>(output_gate_c),
+                in<scalar_t>(candidate_cell_c),
+                in<scalar_t>(gate_weights_c),
+                out<scalar_t>(d_gates),
+                out<scalar_t>(d_old_cell),
+                B,
+                S,
+                stream));
       });
   return backward_gemms(d_gates, X, weights, std::move(d_old_cell));
 }

@@ -271,21 +271,21 @@ cudaError_t launch_backward_pointwise(
   return cudaGetLastError();
 }
 
-#define LLTM_INSTANTIATE(T)                                                   \
-  template cudaError_t launch_forward_pointwise<T>(                           \
+#define LLTM_INSTANTIATE(T)                                                    \
+  template cudaError_t launch_forward_pointwise<T>(                            \
       const T*, const T*, T*, T*, T*, T*, T*, int64_t, int64_t, cudaStream_t); \
-  template cudaError_t launch_backward_pointwise<T>(                          \
-      const T*,                                                               \
-      const T*,                                                               \
-      const T*,                                                               \
-      const T*,                                                               \
-      const T*,                                                               \
-      const T*,                                                               \
-      const T*,                                                               \
-      T*,                                                                     \
-      T*,                                                                     \
-      int64_t,                                                                \
-      int64_t,                                                                \
+  template cudaError_t launch_backward_pointwise<T>(                           \
+      const T*,                                                                \
+      const T*,                                                                \
+      const T*,                                                                \
+      const T*,                                                                \
+      const T*,                                                                \
+      const T*,                                                                \
+      const T*,                                                                \
+      T*,                                                                      \
+      T*,                                                                      \
+      int64_t,                                                                 \
+      int64_t,                                                                 \
       cudaStream_t);
 
 LLTM_INSTANTIATE(float)

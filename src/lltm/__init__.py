@@ -17,13 +17,13 @@ from ._loader import load_extension
 # that it was built for this torch.
 _C = load_extension()
 
-from . import _build_info
+from . import _build_info, reference
 from .module import LLTM
 from .ops import lltm
 
 __version__: str = _build_info.VERSION
 
-__all__ = ["LLTM", "__version__", "available_backends", "build_info", "lltm"]
+__all__ = ["LLTM", "__version__", "available_backends", "build_info", "lltm", "reference"]
 
 
 def build_info() -> dict[str, Any]:
