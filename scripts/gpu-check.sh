@@ -4,17 +4,20 @@
 #   tests     the whole test suite, CUDA cases included (LLTM_TEST_LARGE=1)
 #   memcheck  compute-sanitizer memcheck over the CUDA tests, with PyTorch's
 #             caching allocator off
+#   jit       the JIT flavor: LLTM_BACKEND=jit builds the same sources, CUDA
+#             included, with torch.utils.cpp_extension on import (verbose),
+#             then the op, tutorial-API, error and CUDA tests run against it
 #   bench     python -m lltm.benchmark --device cuda at the tutorial's size and
 #             at batch 4096, features 1024, state 1024, in float32 and bfloat16
 # Usage: scripts/gpu-check.sh [OUT_DIR [STEP...]]  (default: every step)
-# Writes at most six files to OUT_DIR (default $OUT): summary.txt, build.log,
-# tests.log, memcheck.log, bench.log and bench.json. Build dependencies missing
-# on the machine can travel as wheels in .whl/.
+# Writes at most seven files to OUT_DIR (default $OUT): summary.txt,
+# build.log, tests.log, memcheck.log, jit.log, bench.log and bench.json.
+# Build dependencies missing on the machine can travel as wheels in .whl/.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${1:-${OUT:-/tmp/lltm-gpu-check}}
 shift || true
-steps=${*:-build tests memcheck bench}
+steps=${*:-build tests memcheck jit bench}
 mkdir -p "$out"
 py=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
@@ -61,6 +64,16 @@ if wants memcheck; then
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 step memcheck memcheck.log timeout 240 \
     compute-sanitizer --tool memcheck --error-exitcode 1 --print-limit 20 \
     "$py" -m pytest tests -p no:cacheprovider -q -m cuda -k "not compile and not graph and not 64bit"
+fi
+if wants jit; then
+  export TORCH_EXTENSIONS_DIR=/tmp/lltm-jit
+  rm -rf "$TORCH_EXTENSIONS_DIR"
+  LLTM_BACKEND=jit LLTM_JIT_VERBOSE=1 step "jit build (first)" jit.log \
+    "$py" -c "import time; t = time.perf_counter(); import lltm; print('import lltm:', round(time.perf_counter() - t, 1), 's;', lltm.build_info())"
+  LLTM_BACKEND=jit step "jit load (cached)" jit.log \
+    "$py" -c "import time; t = time.perf_counter(); import lltm; print('import lltm:', round(time.perf_counter() - t, 1), 's')"
+  LLTM_BACKEND=jit step "jit tests" jit.log timeout 300 "$py" -m pytest -p no:cacheprovider -q -rs \
+    tests/test_ops.py tests/test_tutorial_api.py tests/test_errors.py tests/test_cuda.py
 fi
 if wants bench; then
   mkdir -p "$out/json"

@@ -6,6 +6,7 @@ import ast
 import ctypes
 import importlib.metadata
 import json
+import os
 import re
 import subprocess
 import sys
@@ -20,10 +21,19 @@ from lltm._loader import mismatch_message
 
 STUB = Path(lltm.__file__).with_name("_C.pyi")
 
+pytestmark = pytest.mark.skipif(
+    lltm.build_info()["backend"] != "aot", reason="checks the prebuilt module (LLTM_BACKEND=jit)"
+)
 
-def run_python(code: str) -> subprocess.CompletedProcess[str]:
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+        env={**os.environ, **env},
     )
 
 
@@ -33,7 +43,8 @@ def major_minor(version: str) -> str:
 
 def test_build_info() -> None:
     info = lltm.build_info()
-    assert {"torch", "cuda", "cuda_archs", "cxx11_abi", "version"} <= info.keys()
+    assert {"backend", "torch", "cuda", "cuda_archs", "cxx11_abi", "version"} <= info.keys()
+    assert info["backend"] == "aot"
     assert major_minor(info["torch"]) == major_minor(torch.__version__)
     assert info["cxx11_abi"] == torch._C._GLIBCXX_USE_CXX11_ABI
     assert isinstance(info["cuda_archs"], list)
@@ -115,6 +126,7 @@ def test_python_m_lltm_reports_build_and_backends() -> None:
     result = run_python("import runpy; runpy.run_module('lltm', run_name='__main__')")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
+    assert report["backend"] == "aot"
     assert report["build"] == json.loads(json.dumps(lltm.build_info()))
     assert report["backends"] == lltm.available_backends()
     assert "cpu" in report["backends"]
@@ -131,7 +143,7 @@ def test_mismatch_message_names_both_versions() -> None:
 
 
 def test_import_under_another_torch_raises_import_error() -> None:
-    """Simulate a wheel built for another torch: a clear ImportError, and _C left unloaded."""
+    """With LLTM_BACKEND=aot, a wheel built for another torch: a clear ImportError, _C unloaded."""
     code = """
 import sys, types
 fake = types.ModuleType("lltm._build_info")
@@ -143,7 +155,7 @@ except ImportError as exc:
     print(exc)
     print("loaded _C:", "lltm._C" in sys.modules)
 """
-    result = run_python(code)
+    result = run_python(code, LLTM_BACKEND="aot")
     assert result.returncode == 0, result.stderr
     assert "lltm was built against torch 2.99.0" in result.stdout
     assert f"torch {torch.__version__} is installed" in result.stdout

@@ -2,41 +2,62 @@
 
 ``lltm.lltm`` and ``lltm.LLTM`` are the differentiable API; ``lltm._C``
 keeps the tutorial's ``forward``/``backward`` functions; ``torch.ops.lltm``
-holds the dispatcher ops both are built on.
+holds the dispatcher ops both are built on. ``LLTM_BACKEND`` (auto, aot,
+jit) picks the prebuilt module or a build on import (:mod:`lltm.jit`).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 from typing import Any
 
 import torch
 
 from ._loader import load_extension
 
-# Loads the compiled module (which registers torch.ops.lltm), after checking
-# that it was built for this torch.
-_C = load_extension()
+# Loads the compiled module (which registers torch.ops.lltm): the prebuilt one
+# when it matches this torch, else per LLTM_BACKEND.
+_C, _backend = load_extension()
 
-from . import _build_info, reference
+from . import reference
 from .module import LLTM
 from .ops import lltm
 
-__version__: str = _build_info.VERSION
+__version__: str = importlib.metadata.version("lltm")
 
 __all__ = ["LLTM", "__version__", "available_backends", "build_info", "lltm", "reference"]
 
 
 def build_info() -> dict[str, Any]:
-    """What the compiled module was built against.
+    """What the loaded compiled module was built against.
 
     Returns:
-        A dict with ``version`` (of lltm), ``torch`` (the version built
-        against), ``cuda`` (the CUDA version, None on CPU builds),
-        ``cuda_archs`` (list of architectures), ``cxx11_abi``,
-        ``cxx_standard``, ``cxx_compiler``, ``pybind11`` (the headers'
-        version) and ``build_type``.
+        A dict with ``backend`` (``"aot"`` for the prebuilt module, ``"jit"``
+        for a build on import), ``version`` (of lltm), ``torch`` (the version
+        built against), ``cuda`` (the CUDA version, None without CUDA
+        kernels), ``cuda_archs`` (list of architectures), ``cxx11_abi`` and
+        ``pybind11`` (the headers' version); the prebuilt module adds
+        ``cxx_standard``, ``cxx_compiler`` and ``build_type``, the JIT build
+        ``library`` (its path).
     """
+    if _backend == "jit":
+        from . import jit  # noqa: PLC0415
+
+        built = jit.loaded_info()
+        return {
+            "backend": "jit",
+            "version": __version__,
+            "torch": str(torch.__version__),
+            "cuda": torch.version.cuda if built["with_cuda"] else None,
+            "cuda_archs": list(built["cuda_archs"]),  # type: ignore[call-overload]
+            "cxx11_abi": torch._C._GLIBCXX_USE_CXX11_ABI,
+            "pybind11": _C.PYBIND11_VERSION,
+            "library": built["library"],
+        }
+    from . import _build_info  # noqa: PLC0415
+
     return {
+        "backend": "aot",
         "version": _build_info.VERSION,
         "torch": _build_info.TORCH_VERSION,
         "cuda": _build_info.CUDA_VERSION,

@@ -1,4 +1,4 @@
-"""``python -m lltm``: print what lltm was built against and what it can run on."""
+"""``python -m lltm``: print the active backend, what it was built against, and the devices."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import lltm
 
 def main() -> None:
     """Print the build info and the available backends as JSON."""
+    info = lltm.build_info()
     report = {
-        "build": lltm.build_info(),
+        "backend": info["backend"],
+        "build": info,
         "runtime": {"torch": torch.__version__, "cuda_available": torch.cuda.is_available()},
         "backends": lltm.available_backends(),
     }

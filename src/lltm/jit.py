@@ -1,0 +1,211 @@
+"""The tutorial's JIT flavor: build lltm's C++/CUDA sources on first use.
+
+:func:`load` compiles the same ``cpp/`` and ``cuda/`` files as the CMake
+build (shipped in the wheel under ``lltm/_csrc``) with
+:func:`torch.utils.cpp_extension.load`, and returns a module with the same
+``forward`` and ``backward`` as ``lltm._C``. torch caches the build: a second
+load with unchanged sources and flags only loads the library.
+
+It is what ``import lltm`` uses when ``LLTM_BACKEND=jit``, and, with the
+default ``LLTM_BACKEND=auto``, when the prebuilt module was built for another
+torch than the one installed. As ``import lltm`` runs the build, its options
+come from the environment there: ``LLTM_JIT_VERBOSE=1`` shows the build
+steps, ``LLTM_JIT_CUDA=0|1`` overrides the CUDA default, and torch's
+``TORCH_EXTENSIONS_DIR`` moves the build directory. A later call of
+:func:`load` returns the module already loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+__all__ = ["CPU_SOURCES", "CUDA_SOURCES", "JitUnavailableError", "load", "source_dir"]
+
+# The files CMakeLists.txt compiles, relative to the source directory; a test
+# checks the two lists agree.
+CPU_SOURCES = ("cpp/bindings.cpp", "cpp/lltm.cpp", "cpp/lltm_cpu.cpp")
+CUDA_SOURCES = ("cpp/lltm_cuda.cpp", "cuda/lltm_kernel.cu")
+
+_lock = threading.Lock()
+_loaded: ModuleType | None = None
+_loaded_info: dict[str, object] = {}
+_loaded_args: tuple[str | None, bool] | None = None
+
+
+class JitUnavailableError(RuntimeError):
+    """The JIT build cannot run here: no compiler, no ninja or no sources."""
+
+
+def source_dir() -> Path:
+    """Where the sources are: ``lltm/_csrc`` in an install, the checkout otherwise."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "_csrc", here.parents[1]):
+        if (candidate / CPU_SOURCES[0]).is_file():
+            return candidate
+    msg = f"lltm's C++ sources are not installed (looked in {here / '_csrc'})"
+    raise JitUnavailableError(msg)
+
+
+def _cuda_compiler_found() -> bool:
+    from torch.utils.cpp_extension import CUDA_HOME  # noqa: PLC0415 - import is slow
+
+    return CUDA_HOME is not None and Path(CUDA_HOME, "bin", "nvcc").exists()
+
+
+def _check_toolchain(with_cuda: bool) -> None:
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        msg = f"no C++ compiler: {compiler!r} (from $CXX, default c++) is not on PATH"
+        raise JitUnavailableError(msg)
+    if shutil.which("ninja") is None:
+        msg = "ninja is not installed (pip install ninja)"
+        raise JitUnavailableError(msg)
+    if with_cuda and not _cuda_compiler_found():
+        msg = "no CUDA compiler: set CUDA_HOME to a CUDA toolkit with bin/nvcc"
+        raise JitUnavailableError(msg)
+
+
+def load(
+    verbose: bool = False,
+    build_directory: str | os.PathLike[str] | None = None,
+    with_cuda: bool | None = None,
+) -> ModuleType:
+    """Build (or load from torch's cache) lltm's extension for the installed torch.
+
+    Args:
+        verbose: show the build steps.
+        build_directory: where to build; default: torch's extension cache,
+            ``$TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``.
+        with_cuda: build the CUDA kernels too; default: when CUDA is available
+            and a CUDA compiler is found.
+
+    Returns:
+        The module, with ``forward`` and ``backward`` as in ``lltm._C``.
+
+    Raises:
+        JitUnavailableError: no compiler, no ninja, or no sources.
+        RuntimeError: another build of lltm is already loaded in this process
+            (the prebuilt module, or a JIT build of another directory or
+            variant): the ``lltm`` operators can be registered only once.
+    """
+    global _loaded, _loaded_args  # noqa: PLW0603 - one registration of the ops per process
+    with _lock:
+        if _loaded is not None:
+            requested = (
+                None if build_directory is None else str(build_directory),
+                _loaded_args[1] if with_cuda is None else with_cuda,  # type: ignore[index]
+            )
+            if build_directory is None:
+                requested = (_loaded_args[0], requested[1])  # type: ignore[index]
+            if requested != _loaded_args:
+                msg = (
+                    f"lltm.jit.load{requested}: lltm is already loaded in this process "
+                    f"from a JIT build {_loaded_args}, and its operators can be registered "
+                    "only once. Set LLTM_JIT_CUDA or TORCH_EXTENSIONS_DIR before importing "
+                    "lltm instead."
+                )
+                raise RuntimeError(msg)
+            return _loaded
+        if "lltm._C" in sys.modules:
+            msg = (
+                "lltm.jit.load(): the prebuilt lltm._C is already loaded, and the lltm "
+                "operators can be registered only once per process. Set LLTM_BACKEND=jit "
+                "before importing lltm to use the JIT build instead."
+            )
+            raise RuntimeError(msg)
+        if with_cuda is None:
+            with_cuda = torch.cuda.is_available() and _cuda_compiler_found()
+        _check_toolchain(with_cuda)
+        root = source_dir()
+        sources = [root / s for s in CPU_SOURCES + (CUDA_SOURCES if with_cuda else ())]
+
+        from torch.utils import cpp_extension  # noqa: PLC0415 - import is slow
+
+        if build_directory is not None:
+            Path(build_directory).mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        with _log_to_stderr(cpp_extension.logger if verbose else None):
+            module = cpp_extension.load(
+                # Separate cache entries for the two variants.
+                name="lltm_jit_cuda" if with_cuda else "lltm_jit",
+                sources=[str(s) for s in sources],
+                extra_cflags=["-O3"],
+                extra_cuda_cflags=["-O3", "-lineinfo"],
+                with_cuda=with_cuda,
+                build_directory=None if build_directory is None else str(build_directory),
+                verbose=verbose,
+            )
+        _loaded_info.update(
+            {
+                "seconds": time.perf_counter() - start,
+                "with_cuda": with_cuda,
+                "library": module.__file__,
+                "cuda_archs": _arch_list() if with_cuda else [],
+            }
+        )
+        _loaded = module
+        _loaded_args = (None if build_directory is None else str(build_directory), with_cuda)
+        return module
+
+
+def load_from_environment() -> ModuleType:
+    """:func:`load` with the options ``import lltm`` takes from the environment."""
+    cuda = os.environ.get("LLTM_JIT_CUDA", "").strip()
+    if cuda not in {"", "0", "1"}:
+        msg = f"LLTM_JIT_CUDA={cuda!r}: expected 0 or 1 (or unset for the default)"
+        raise JitUnavailableError(msg)
+    return load(
+        verbose=os.environ.get("LLTM_JIT_VERBOSE", "") not in {"", "0"},
+        with_cuda=None if cuda == "" else cuda == "1",
+    )
+
+
+@contextlib.contextmanager
+def _log_to_stderr(logger: logging.Logger | None) -> Iterator[None]:
+    """Show a logger's INFO records on stderr for a while.
+
+    torch.utils.cpp_extension reports the build steps (extensions root, ninja
+    file, "Building extension module ...") through logging, which shows
+    nothing by default.
+    """
+    if logger is None:
+        yield
+        return
+    # torch usually has a handler on its loggers already; add one if not.
+    handler = None if logger.hasHandlers() else logging.StreamHandler(sys.stderr)
+    level = logger.level
+    if handler is not None:
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        if handler is not None:
+            logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _arch_list() -> list[str]:
+    """The architectures torch.utils.cpp_extension built for."""
+    from_env = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if from_env:
+        return from_env.replace(";", " ").split()
+    # Without the variable, cpp_extension builds for the visible GPUs.
+    capabilities = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
+    return [f"{major}.{minor}" for major, minor in sorted(capabilities)]
+
+
+def loaded_info() -> dict[str, object]:
+    """How the JIT module of this process was built: {} when none was."""
+    return dict(_loaded_info)
