@@ -122,6 +122,11 @@ function(lltm_add_cuda_kernels target)
                # The CUDA runtime torch loads, not a second, static copy.
                CUDA_RUNTIME_LIBRARY Shared)
   target_compile_options(lltm_cuda_kernels PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>")
+  # As torch.utils.cpp_extension compiles CUDA (the JIT flavor): no implicit
+  # half/bfloat16 conversions, so both builds accept the same code.
+  target_compile_definitions(
+    lltm_cuda_kernels PRIVATE __CUDA_NO_HALF_OPERATORS__ __CUDA_NO_HALF_CONVERSIONS__
+                              __CUDA_NO_BFLOAT16_CONVERSIONS__ __CUDA_NO_HALF2_OPERATORS__)
   target_sources(${target} PRIVATE cpp/lltm_cuda.cpp)
   target_link_libraries(${target} PRIVATE lltm_cuda_kernels)
 endfunction()

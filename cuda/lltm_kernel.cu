@@ -76,14 +76,34 @@ __device__ __forceinline__ T elu(T z) {
   return z > T(0) ? z : expm1_(z);
 }
 
-template <typename acc_t, typename scalar_t>
-__device__ __forceinline__ acc_t load(const scalar_t* p) {
-  return static_cast<acc_t>(*p);
+// Loads widen to the math type and stores narrow back, through the explicit
+// conversion intrinsics: torch's extension builds define
+// __CUDA_NO_HALF_CONVERSIONS__ and __CUDA_NO_BFLOAT16_CONVERSIONS__, which
+// remove the implicit ones (CMake defines them too, so both builds agree).
+__device__ __forceinline__ float widen(float x) {
+  return x;
+}
+__device__ __forceinline__ double widen(double x) {
+  return x;
+}
+__device__ __forceinline__ float widen(__half x) {
+  return __half2float(x);
+}
+__device__ __forceinline__ float widen(__nv_bfloat16 x) {
+  return __bfloat162float(x);
 }
 
-template <typename scalar_t, typename acc_t>
-__device__ __forceinline__ void store(scalar_t* p, acc_t v) {
-  *p = static_cast<scalar_t>(v);
+__device__ __forceinline__ void store(float* p, float v) {
+  *p = v;
+}
+__device__ __forceinline__ void store(double* p, double v) {
+  *p = v;
+}
+__device__ __forceinline__ void store(__half* p, float v) {
+  *p = __float2half(v);
+}
+__device__ __forceinline__ void store(__nv_bfloat16* p, float v) {
+  *p = __float2bfloat16(v);
 }
 
 template <typename scalar_t, typename index_t>
@@ -105,10 +125,10 @@ __global__ void __launch_bounds__(kThreads) lltm_forward_kernel(
     const index_t b = k / state_size;
     const index_t s = k - b * state_size;
     const scalar_t* z = gates + b * 3 * state_size + s;
-    const acc_t i = sigmoid(load<acc_t>(z));
-    const acc_t o = sigmoid(load<acc_t>(z + state_size));
-    const acc_t g = elu(load<acc_t>(z + 2 * state_size));
-    const acc_t c = load<acc_t>(old_cell + k) + g * i;
+    const acc_t i = sigmoid(widen(z[0]));
+    const acc_t o = sigmoid(widen(z[state_size]));
+    const acc_t g = elu(widen(z[2 * state_size]));
+    const acc_t c = widen(old_cell[k]) + g * i;
     store(new_cell + k, c);
     store(new_h + k, tanh_(c) * o);
     store(input_gate + k, i);
@@ -138,13 +158,13 @@ __global__ void __launch_bounds__(kThreads) lltm_backward_kernel(
     const index_t b = k / state_size;
     const index_t s = k - b * state_size;
     const index_t row = b * 3 * state_size + s;
-    const acc_t gh = load<acc_t>(grad_h + k);
-    const acc_t i = load<acc_t>(input_gate + k);
-    const acc_t o = load<acc_t>(output_gate + k);
-    const acc_t g = load<acc_t>(candidate_cell + k);
-    const acc_t z_c = load<acc_t>(gates + row + 2 * state_size);
-    const acc_t t = tanh_(load<acc_t>(new_cell + k));
-    const acc_t dc = (acc_t(1) - t * t) * o * gh + load<acc_t>(grad_cell + k);
+    const acc_t gh = widen(grad_h[k]);
+    const acc_t i = widen(input_gate[k]);
+    const acc_t o = widen(output_gate[k]);
+    const acc_t g = widen(candidate_cell[k]);
+    const acc_t z_c = widen(gates[row + 2 * state_size]);
+    const acc_t t = tanh_(widen(new_cell[k]));
+    const acc_t dc = (acc_t(1) - t * t) * o * gh + widen(grad_cell[k]);
     const acc_t d_elu = z_c > acc_t(0) ? acc_t(1) : exp_(z_c);
     store(d_old_cell + k, dc);
     store(d_gates + row, g * dc * i * (acc_t(1) - i));
