@@ -92,14 +92,15 @@ def test_jit_build_matches_the_prebuilt_module(extensions_dir: Path, tmp_path: P
     # LLTM_JIT_VERBOSE=1 (verbose=True) shows the build steps.
     first_log = first.stdout + first.stderr
     assert "Building extension module lltm_jit" in first_log
-    assert re.search(r"\[\d+/\d+\] c\+\+ .*lltm_cpu\.cpp", first_log), first_log
+    # A ninja step per source, whatever the compiler ($CXX) is called.
+    assert re.search(r"\[\d+/\d+\] \S+ .*lltm_cpu\.cpp", first_log), first_log
 
     # Unchanged sources: the second load comes from the cache, with no build.
     second = run(code, tmp_path / "args.pt", tmp_path / "out2.pt", **env)
     assert second.returncode == 0, second.stderr
     log = second.stdout + second.stderr
     assert "Loading extension module lltm_jit" in log
-    assert not re.search(r"\[\d+/\d+\] (c\+\+|nvcc)", log), log
+    assert not re.search(r"\[\d+/\d+\] ", log), log
 
 
 def test_auto_falls_back_to_jit_on_a_torch_mismatch(extensions_dir: Path, tmp_path: Path) -> None:
@@ -156,7 +157,9 @@ def test_jit_load_returns_the_loaded_module(extensions_dir: Path) -> None:
     )
     result = run(code, LLTM_BACKEND="jit", TORCH_EXTENSIONS_DIR=str(extensions_dir))
     assert result.returncode == 0, result.stderr
-    assert "refused: lltm.jit.load('/elsewhere', False): lltm is already loaded" in result.stdout
+    # (the variant, with or without CUDA, depends on the machine)
+    assert "refused: lltm.jit.load('/elsewhere', " in result.stdout
+    assert "lltm is already loaded in this process from a JIT build" in result.stdout
 
 
 def test_python_m_lltm_reports_the_backend(extensions_dir: Path) -> None:
