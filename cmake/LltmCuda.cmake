@@ -7,17 +7,20 @@
 # CMake, and fail with a clear message when there is none.
 
 set(LLTM_WITH_CUDA OFF)
+# AUTO wants the kernels when they can be built; a true value forces them.
 string(TOUPPER "${LLTM_CUDA}" _lltm_cuda_mode)
+set(_lltm_force_cuda OFF)
 if(_lltm_cuda_mode STREQUAL "AUTO")
   set(_lltm_want_cuda ON)
 elseif(LLTM_CUDA)
   set(_lltm_want_cuda ON)
+  set(_lltm_force_cuda ON)
 else()
   set(_lltm_want_cuda OFF)
 endif()
 
 if(NOT LLTM_TORCH_CUDA)
-  if(LLTM_CUDA AND NOT _lltm_cuda_mode STREQUAL "AUTO")
+  if(_lltm_force_cuda)
     message(FATAL_ERROR "lltm: LLTM_CUDA=${LLTM_CUDA} asks for the CUDA kernels, but torch "
                         "${LLTM_TORCH_VERSION} is a CPU build (torch.version.cuda is None). "
                         "Install a CUDA build of torch, or set LLTM_CUDA=0.")
@@ -39,12 +42,12 @@ endif()
 include(CheckLanguage)
 check_language(CUDA)
 if(NOT CMAKE_CUDA_COMPILER)
-  if(_lltm_want_cuda AND NOT _lltm_cuda_mode STREQUAL "AUTO")
+  if(_lltm_force_cuda)
     set(_lltm_ask "LLTM_CUDA=${LLTM_CUDA} asks for the CUDA kernels, but no CUDA compiler was found")
   else()
-    set(_lltm_ask "torch ${LLTM_TORCH_VERSION} is a CUDA build, whose CMake config needs the "
-                  "CUDA ${LLTM_TORCH_CUDA} toolkit even for a CPU-only build, and no CUDA "
-                  "compiler was found")
+    string(CONCAT _lltm_ask "torch ${LLTM_TORCH_VERSION} is a CUDA build, whose CMake config "
+                  "needs the CUDA ${LLTM_TORCH_CUDA} toolkit even for a CPU-only build, and no "
+                  "CUDA compiler was found")
   endif()
   message(FATAL_ERROR "lltm: ${_lltm_ask}: put nvcc on PATH, or set CUDACXX or CUDA_HOME "
                       "(or build against a CPU build of torch).")
