@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+import lltm
+from lltm.reference import lltm_reference
+
 # Parametrize with this: CUDA cases run where a GPU and a CUDA build exist,
 # and are reported as skipped elsewhere (see conftest.py).
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
@@ -54,3 +57,22 @@ def assert_close_to_reference(got: torch.Tensor, want: torch.Tensor) -> None:
     tol = TOLERANCES[got.dtype]
     scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
     torch.testing.assert_close(got.double(), want, rtol=tol["rtol"], atol=tol["atol"] * scale)
+
+
+def reference_step(args: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """The reference's ``(new_h, new_cell, *input grads)`` in float64.
+
+    The gradients are of ``sum(new_h) + 2 * sum(new_cell)``, so that the two
+    outputs reach the backward with different upstream gradients.
+    """
+    args64 = [a.detach().double().requires_grad_() for a in args]
+    new_h, new_cell = lltm_reference(*args64)
+    grads = torch.autograd.grad(new_h.sum() + 2 * new_cell.sum(), args64)
+    return new_h, new_cell, *grads
+
+
+def lltm_step(args: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """``lltm.lltm``'s ``(new_h, new_cell, *input grads)``, as :func:`reference_step`."""
+    new_h, new_cell = lltm.lltm(*args)
+    grads = torch.autograd.grad(new_h.sum() + 2 * new_cell.sum(), args)
+    return new_h, new_cell, *grads

@@ -8,23 +8,10 @@ import pytest
 import torch
 
 import lltm
-from helpers import assert_close_to_reference, make_inputs
+from helpers import assert_close_to_reference, lltm_step, make_inputs, reference_step
 from lltm.reference import lltm_reference
 
 pytestmark = pytest.mark.cuda
-
-
-def reference_step(args: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    args64 = [a.detach().double().requires_grad_() for a in args]
-    new_h, new_cell = lltm_reference(*args64)
-    grads = torch.autograd.grad(new_h.sum() + 2 * new_cell.sum(), args64)
-    return new_h, new_cell, *grads
-
-
-def lltm_step(args: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    new_h, new_cell = lltm.lltm(*args)
-    grads = torch.autograd.grad(new_h.sum() + 2 * new_cell.sum(), args)
-    return new_h, new_cell, *grads
 
 
 def test_runs_on_the_current_stream() -> None:

@@ -8,19 +8,11 @@ import pytest
 import torch
 
 import lltm
-from helpers import DEVICES, assert_close_to_reference, make_inputs
+from helpers import DEVICES, assert_close_to_reference, lltm_step, make_inputs, reference_step
 from lltm.reference import lltm_reference
 
 # (batch, input_features, state_size): the tutorial's size, odd sizes, batch 1.
 SHAPES = [(16, 32, 128), (3, 17, 5), (1, 1, 1), (1, 100, 3), (7, 13, 33), (5, 3, 64)]
-
-
-def reference64(args: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    """The reference's outputs and input gradients, in float64, for ``sum(new_h) + sum(new_cell)``."""
-    args64 = [a.detach().double().requires_grad_() for a in args]
-    new_h, new_cell = lltm_reference(*args64)
-    grads = torch.autograd.grad(new_h.sum() + 2 * new_cell.sum(), args64)
-    return new_h, new_cell, *grads
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -28,10 +20,7 @@ def reference64(args: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-F{}-S{}".format(*s))
 def test_matches_reference(device: str, dtype: torch.dtype, shape: tuple[int, int, int]) -> None:
     args = make_inputs(*shape, device=device, dtype=dtype, requires_grad=True)
-    new_h, new_cell = lltm.lltm(*args)
-    grads = torch.autograd.grad(new_h.sum() + 2 * new_cell.sum(), args)
-    expected = reference64(args)
-    for got, want in zip((new_h, new_cell, *grads), expected, strict=True):
+    for got, want in zip(lltm_step(args), reference_step(args), strict=True):
         assert got.dtype == dtype
         assert got.device.type == device
         assert_close_to_reference(got, want)
@@ -41,10 +30,7 @@ def test_matches_reference(device: str, dtype: torch.dtype, shape: tuple[int, in
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_low_precision_matches_reference(device: str, dtype: torch.dtype) -> None:
     args = make_inputs(16, 32, 128, device=device, dtype=dtype, requires_grad=True)
-    new_h, new_cell = lltm.lltm(*args)
-    grads = torch.autograd.grad(new_h.sum() + 2 * new_cell.sum(), args)
-    expected = reference64(args)
-    for got, want in zip((new_h, new_cell, *grads), expected, strict=True):
+    for got, want in zip(lltm_step(args), reference_step(args), strict=True):
         assert got.dtype == dtype
         assert_close_to_reference(got, want)
 
@@ -81,9 +67,7 @@ def test_non_contiguous_inputs(device: str) -> None:
     args[0] = torch.randn(batch, 2 * features, device=device, dtype=torch.float64)[:, ::2]
     assert not any(a.is_contiguous() for a in (args[0], args[1], args[3], args[4]))
     args = [a.requires_grad_() for a in args]
-    new_h, new_cell = lltm.lltm(*args)
-    grads = torch.autograd.grad(new_h.sum() + 2 * new_cell.sum(), args)
-    for got, want in zip((new_h, new_cell, *grads), reference64(args), strict=True):
+    for got, want in zip(lltm_step(args), reference_step(args), strict=True):
         torch.testing.assert_close(got, want)
 
 
