@@ -49,7 +49,7 @@ def build_info() -> dict[str, Any]:
             "version": __version__,
             "torch": str(torch.__version__),
             "cuda": torch.version.cuda if built["with_cuda"] else None,
-            "cuda_archs": list(built["cuda_archs"]),  # type: ignore[call-overload]
+            "cuda_archs": list(built["cuda_archs"]),
             "cxx11_abi": torch._C._GLIBCXX_USE_CXX11_ABI,
             "pybind11": _C.PYBIND11_VERSION,
             "library": built["library"],

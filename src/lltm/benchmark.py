@@ -190,16 +190,15 @@ def run(args: argparse.Namespace) -> list[Result]:
                 file=sys.stderr,
                 flush=True,
             )
-        base = cases.get("python")
-        for name, case in cases.items():
-            result = Result(name, str(device), _summary(case.forward), _summary(case.backward))
+        device_results = {
+            name: Result(name, str(device), _summary(case.forward), _summary(case.backward))
+            for name, case in cases.items()
+        }
+        base = device_results.get("python")
+        for result in device_results.values():
             if base is not None:
-                result.forward_speedup = statistics.median(base.forward) / statistics.median(
-                    case.forward
-                )
-                result.backward_speedup = statistics.median(base.backward) / statistics.median(
-                    case.backward
-                )
+                result.forward_speedup = base.forward_us["median"] / result.forward_us["median"]
+                result.backward_speedup = base.backward_us["median"] / result.backward_us["median"]
             results.append(result)
     return results
 
@@ -211,11 +210,11 @@ def format_table(results: Sequence[Result]) -> str:
         f"{'bwd med':>10}{'bwd min':>10}{'speedup':>9}"
     )
     lines = [header, "-" * len(header)]
+
+    def speedup(value: float | None) -> str:
+        return f"{value:.2f}x" if value is not None else "-"
+
     for r in results:
-
-        def speedup(value: float | None) -> str:
-            return f"{value:.2f}x" if value is not None else "-"
-
         lines.append(
             f"{r.variant:<14}{r.device:<8}"
             f"{r.forward_us['median']:>10.1f}{r.forward_us['min']:>10.1f}"

@@ -23,10 +23,10 @@ import os
 import shutil
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -39,8 +39,8 @@ CUDA_SOURCES = ("cpp/lltm_cuda.cpp", "cuda/lltm_kernel.cu")
 
 _lock = threading.Lock()
 _loaded: ModuleType | None = None
-_loaded_info: dict[str, object] = {}
-_loaded_args: tuple[str | None, bool] | None = None
+# How _loaded was built: build_directory, with_cuda, library, cuda_archs.
+_loaded_info: dict[str, Any] = {}
 
 
 class JitUnavailableError(RuntimeError):
@@ -99,19 +99,18 @@ def load(
             (the prebuilt module, or a JIT build of another directory or
             variant): the ``lltm`` operators can be registered only once.
     """
-    global _loaded, _loaded_args  # noqa: PLW0603 - one registration of the ops per process
+    global _loaded  # noqa: PLW0603 - one registration of the ops per process
     with _lock:
         if _loaded is not None:
+            loaded = (_loaded_info["build_directory"], _loaded_info["with_cuda"])
             requested = (
-                None if build_directory is None else str(build_directory),
-                _loaded_args[1] if with_cuda is None else with_cuda,  # type: ignore[index]
+                loaded[0] if build_directory is None else str(build_directory),
+                loaded[1] if with_cuda is None else with_cuda,
             )
-            if build_directory is None:
-                requested = (_loaded_args[0], requested[1])  # type: ignore[index]
-            if requested != _loaded_args:
+            if requested != loaded:
                 msg = (
                     f"lltm.jit.load{requested}: lltm is already loaded in this process "
-                    f"from a JIT build {_loaded_args}, and its operators can be registered "
+                    f"from a JIT build {loaded}, and its operators can be registered "
                     "only once. Set LLTM_JIT_CUDA or TORCH_EXTENSIONS_DIR before importing "
                     "lltm instead."
                 )
@@ -134,7 +133,6 @@ def load(
 
         if build_directory is not None:
             Path(build_directory).mkdir(parents=True, exist_ok=True)
-        start = time.perf_counter()
         with _log_to_stderr(cpp_extension.logger if verbose else None):
             module = cpp_extension.load(
                 # Separate cache entries for the two variants.
@@ -148,14 +146,13 @@ def load(
             )
         _loaded_info.update(
             {
-                "seconds": time.perf_counter() - start,
+                "build_directory": None if build_directory is None else str(build_directory),
                 "with_cuda": with_cuda,
                 "library": module.__file__,
                 "cuda_archs": _arch_list() if with_cuda else [],
             }
         )
         _loaded = module
-        _loaded_args = (None if build_directory is None else str(build_directory), with_cuda)
         return module
 
 
@@ -206,6 +203,6 @@ def _arch_list() -> list[str]:
     return [f"{major}.{minor}" for major, minor in sorted(capabilities)]
 
 
-def loaded_info() -> dict[str, object]:
+def loaded_info() -> dict[str, Any]:
     """How the JIT module of this process was built: {} when none was."""
     return dict(_loaded_info)
