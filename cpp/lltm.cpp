@@ -1,14 +1,10 @@
 // Schemas of the LLTM operators, the input checks shared by every backend,
-// and the C++ API that calls through the dispatcher.
+// the GEMMs every backend runs through ATen, and the C++ API that calls
+// through the dispatcher.
 #include "lltm.h"
 
-#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/ops/addmm.h>
-#include <ATen/ops/cat.h>
 #include <ATen/ops/mm.h>
-#include <ATen/ops/sum.h>
-#include <c10/core/GradMode.h>
 #include <c10/util/ArrayRef.h>
 #include <torch/library.h>
 
@@ -125,20 +121,6 @@ void check_shape(
       shape_str(arg.tensor.sizes()));
 }
 
-// Whether a call can record an autograd graph. When it cannot, the C++ API
-// skips the autograd kernel: it would only redispatch, and the one
-// registered from Python (torch.library.register_autograd) costs tens of
-// microseconds to do so. This is the tutorial's case: _C.forward called
-// inside an autograd.Function, where grad mode is off.
-bool needs_autograd(std::initializer_list<at::Tensor> tensors) {
-  if (!c10::GradMode::is_enabled()) {
-    return false;
-  }
-  return std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) {
-    return t.defined() && t.requires_grad();
-  });
-}
-
 } // namespace
 
 c10::ArrayRef<at::ScalarType> supported_dtypes() {
@@ -152,8 +134,8 @@ Sizes check_forward_args(
     const at::Tensor& weights,
     const at::Tensor& bias,
     const at::Tensor& old_h,
-    const at::Tensor& old_cell) {
-  constexpr const char* op = "lltm::forward";
+    const at::Tensor& old_cell,
+    const char* op) {
   const Arg input_arg{input, "input"};
   const Arg weights_arg{weights, "weights"};
   const Arg bias_arg{bias, "bias"};
@@ -268,34 +250,120 @@ Sizes check_backward_args(
   return Sizes{B, F, S};
 }
 
-std::tuple<at::Tensor, at::Tensor> gate_preactivations(
-    const at::Tensor& input,
+Sizes check_cell_backward_args(
+    const std::optional<at::Tensor>& grad_h,
+    const std::optional<at::Tensor>& grad_cell,
+    const at::Tensor& new_cell,
+    const at::Tensor& gates,
+    const std::optional<at::Tensor>& X,
     const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& old_h) {
-  at::Tensor X = at::cat({old_h, input}, /*dim=*/1);
-  at::Tensor gate_weights =
-      at::addmm(bias.reshape({1, weights.size(0)}), X, weights.t());
-  return {X, gate_weights};
+    const OutputMask& output_mask) {
+  constexpr const char* op = "lltm::cell_backward";
+  const Arg new_cell_arg{new_cell, "new_cell"};
+  const Arg gates_arg{gates, "gates"};
+  const Arg weights_arg{weights, "weights"};
+  // The optional tensors take part in the checks only when given.
+  const at::Tensor none;
+  const Arg grad_h_arg{grad_h ? *grad_h : none, "grad_h"};
+  const Arg grad_cell_arg{grad_cell ? *grad_cell : none, "grad_cell"};
+  const Arg X_arg{X ? *X : none, "X"};
+  check_dtypes_and_devices(op, {new_cell_arg, gates_arg, weights_arg});
+  for (const Arg& arg : {grad_h_arg, grad_cell_arg, X_arg}) {
+    if (arg.tensor.defined()) {
+      check_dtypes_and_devices(op, {new_cell_arg, arg});
+    }
+  }
+  TORCH_CHECK_VALUE(
+      !output_mask[1] || X_arg.tensor.defined(),
+      op,
+      ": expected X = [old_h | input] to be a tensor when the weights need a "
+      "gradient (output_mask[1]), but got None");
+
+  check_2d(op, new_cell_arg, "[batch, state_size]");
+  check_2d(op, gates_arg, "[batch, 3 * state_size]");
+  check_2d(op, weights_arg, "[3 * state_size, state_size + input_features]");
+  // The batch and state size come from new_cell, the input features from
+  // the weights.
+  const int64_t B = new_cell.size(0);
+  const int64_t S = new_cell.size(1);
+  const int64_t F = weights.size(1) - S;
+  TORCH_CHECK_VALUE(
+      weights.size(0) == 3 * S && F >= 0,
+      op,
+      ": expected weights to have shape [3 * state_size, state_size + "
+      "input_features] with 3 * state_size = ",
+      std::to_string(3 * S),
+      " rows and at least state_size = ",
+      std::to_string(S),
+      " columns, but got ",
+      shape_str(weights.sizes()));
+  for (const Arg& arg : {grad_h_arg, grad_cell_arg}) {
+    if (arg.tensor.defined()) {
+      check_2d(op, arg, "[batch, state_size]");
+      check_shape(op, arg, {B, S}, "[batch, state_size]");
+    }
+  }
+  check_shape(op, gates_arg, {B, 3 * S}, "[batch, 3 * state_size]");
+  if (X_arg.tensor.defined()) {
+    check_2d(op, X_arg, "[batch, state_size + input_features]");
+    check_shape(op, X_arg, {B, S + F}, "[batch, state_size + input_features]");
+  }
+  return Sizes{B, F, S};
 }
 
-BackwardResult backward_gemms(
-    const at::Tensor& d_gates,
-    const at::Tensor& X,
-    const at::Tensor& weights,
-    at::Tensor d_old_cell) {
-  const int64_t S = d_old_cell.size(1);
-  at::Tensor d_weights = at::mm(d_gates.t(), X);
-  at::Tensor d_bias = at::sum(d_gates, /*dim=*/0, /*keepdim=*/true);
-  // One GEMM for [d_old_h | d_input], then dense copies of its two column
-  // blocks: outputs of an op must not share storage, and two copies cost
-  // less than a second GEMM.
-  const at::Tensor d_X = at::mm(d_gates, weights);
-  at::Tensor d_old_h = d_X.narrow(1, 0, S).clone(at::MemoryFormat::Contiguous);
-  at::Tensor d_input =
-      d_X.narrow(1, S, d_X.size(1) - S).clone(at::MemoryFormat::Contiguous);
-  return {d_old_h, d_input, d_weights, d_bias, std::move(d_old_cell)};
+at::Tensor weights_h(const at::Tensor& weights, int64_t state_size) {
+  return weights.narrow(1, 0, state_size);
 }
+
+at::Tensor weights_x(const at::Tensor& weights, int64_t state_size) {
+  return weights.narrow(1, state_size, weights.size(1) - state_size);
+}
+
+void gate_preactivations(
+    at::Tensor& out,
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& old_h,
+    const std::optional<at::Tensor>& X) {
+  if (X) {
+    at::mm_out(out, *X, weights.t());
+    return;
+  }
+  const int64_t S = old_h.size(1);
+  // Two GEMMs into one output: Z = old_h W_h^T, then Z += input W_x^T. The
+  // column blocks of W are read in place (their row stride is S + F).
+  at::mm_out(out, old_h, weights_h(weights, S).t());
+  out.addmm_(input, weights_x(weights, S).t());
+}
+
+void backward_gemms(
+    const at::Tensor& d_gates,
+    const std::optional<at::Tensor>& X,
+    const at::Tensor& weights,
+    const OutputMask& output_mask,
+    CellBackwardResult& result) {
+  const int64_t S = d_gates.size(1) / 3;
+  if (output_mask[1]) {
+    std::get<1>(result) = at::mm(d_gates.t(), *X);
+  }
+  if (output_mask[3]) {
+    std::get<3>(result) = at::mm(d_gates, weights_h(weights, S));
+  }
+  if (output_mask[0]) {
+    std::get<0>(result) = at::mm(d_gates, weights_x(weights, S));
+  }
+}
+
+namespace {
+
+template <typename Signature>
+c10::TypedOperatorHandle<Signature> find_op(const char* name) {
+  return c10::Dispatcher::singleton()
+      .findSchemaOrThrow(name, "")
+      .template typed<Signature>();
+}
+
+} // namespace
 
 ForwardResult forward(
     const at::Tensor& input,
@@ -303,13 +371,7 @@ ForwardResult forward(
     const at::Tensor& bias,
     const at::Tensor& old_h,
     const at::Tensor& old_cell) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("lltm::forward", "")
-                             .typed<decltype(forward)>();
-  std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
-  if (!needs_autograd({input, weights, bias, old_h, old_cell})) {
-    below_autograd.emplace();
-  }
+  static const auto op = find_op<decltype(forward)>("lltm::forward");
   return op.call(input, weights, bias, old_h, old_cell);
 }
 
@@ -323,22 +385,7 @@ BackwardResult backward(
     const at::Tensor& X,
     const at::Tensor& gate_weights,
     const at::Tensor& weights) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("lltm::backward", "")
-                             .typed<decltype(backward)>();
-  std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
-  if (!needs_autograd(
-          {grad_h,
-           grad_cell,
-           new_cell,
-           input_gate,
-           output_gate,
-           candidate_cell,
-           X,
-           gate_weights,
-           weights})) {
-    below_autograd.emplace();
-  }
+  static const auto op = find_op<decltype(backward)>("lltm::backward");
   return op.call(
       grad_h,
       grad_cell,
@@ -351,12 +398,24 @@ BackwardResult backward(
       weights);
 }
 
+CellResult cell(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& old_h,
+    const at::Tensor& old_cell) {
+  static const auto op = find_op<decltype(cell)>("lltm::cell");
+  return op.call(input, weights, bias, old_h, old_cell);
+}
+
 } // namespace lltm
 
 TORCH_LIBRARY(lltm, m) {
-  // The fake (meta) kernels and the autograd formula are registered from
-  // Python, in lltm/ops.py; this tells torch where to find them.
+  // The fake kernels, which torch.compile traces with, are registered from
+  // Python, in lltm/ops.py; this tells torch where to find them. Autograd is
+  // in C++ (autograd.cpp).
   m.set_python_module("lltm.ops");
+  // The tutorial's contract.
   m.def(
       "forward(Tensor input, Tensor weights, Tensor bias, Tensor old_h, "
       "Tensor old_cell) -> (Tensor new_h, Tensor new_cell, Tensor input_gate, "
@@ -368,5 +427,23 @@ TORCH_LIBRARY(lltm, m) {
       "Tensor input_gate, Tensor output_gate, Tensor candidate_cell, "
       "Tensor X, Tensor gate_weights, Tensor weights) -> (Tensor d_old_h, "
       "Tensor d_input, Tensor d_weights, Tensor d_bias, Tensor d_old_cell)",
+      {at::Tag::pt2_compliant_tag});
+  // The cell of lltm.lltm: one step, then what its backward needs, then a
+  // backward that computes only the gradients in output_mask, the order of
+  // the forward's inputs.
+  m.def(
+      "cell(Tensor input, Tensor weights, Tensor bias, Tensor old_h, "
+      "Tensor old_cell) -> (Tensor new_h, Tensor new_cell)",
+      {at::Tag::pt2_compliant_tag});
+  m.def(
+      "cell_forward(Tensor input, Tensor weights, Tensor bias, Tensor old_h, "
+      "Tensor old_cell, bool save_X) -> (Tensor new_h, Tensor new_cell, "
+      "Tensor gates, Tensor? X)",
+      {at::Tag::pt2_compliant_tag});
+  m.def(
+      "cell_backward(Tensor? grad_h, Tensor? grad_cell, Tensor new_cell, "
+      "Tensor gates, Tensor? X, Tensor weights, bool[5] output_mask) -> "
+      "(Tensor? d_input, Tensor? d_weights, Tensor? d_bias, Tensor? d_old_h, "
+      "Tensor? d_old_cell)",
       {at::Tag::pt2_compliant_tag});
 }

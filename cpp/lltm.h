@@ -1,5 +1,14 @@
-// The LLTM operator: its C++ entry points and the input checks that every
+// The LLTM operators: their C++ entry points and the input checks that every
 // backend shares.
+//
+// Two families of ops, both in the `lltm` namespace of the dispatcher:
+//
+// * The tutorial's contract, `lltm::forward` (7 outputs) and `lltm::backward`
+//   (5 outputs), which `lltm._C.forward`/`backward` expose unchanged.
+// * The cell that `lltm.lltm` and `lltm.LLTM` use: `lltm::cell` returns only
+//   (new_h, new_cell); its C++ autograd kernel (autograd.cpp) calls
+//   `lltm::cell_forward`, which also returns what the backward needs, and
+//   `lltm::cell_backward`, which computes only the gradients asked for.
 //
 // The schemas live in lltm.cpp (TORCH_LIBRARY). Each backend registers its
 // kernels with TORCH_LIBRARY_IMPL in its own file (lltm_cpu.cpp, and
@@ -11,7 +20,9 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/ArrayRef.h>
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <tuple>
 
 namespace lltm {
@@ -30,6 +41,28 @@ using ForwardResult = std::tuple<
 using BackwardResult =
     std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
+// (new_h, new_cell)
+using CellResult = std::tuple<at::Tensor, at::Tensor>;
+
+// (new_h, new_cell, gates, X): gates = [i | o | g], the activations of the
+// three gates, [batch, 3 * state_size]; X = [old_h | input] when asked for
+// (the weights' gradient needs it), else undefined.
+using CellForwardResult =
+    std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>>;
+
+// (d_input, d_weights, d_bias, d_old_h, d_old_cell), in the order of the
+// forward's inputs; each is undefined unless its output_mask entry is set.
+// d_bias is [3 * state_size].
+using CellBackwardResult = std::tuple<
+    std::optional<at::Tensor>,
+    std::optional<at::Tensor>,
+    std::optional<at::Tensor>,
+    std::optional<at::Tensor>,
+    std::optional<at::Tensor>>;
+
+// Which of (input, weights, bias, old_h, old_cell) need a gradient.
+using OutputMask = std::array<bool, 5>;
+
 // The dtypes every backend supports: float32, float64, float16 and bfloat16.
 c10::ArrayRef<at::ScalarType> supported_dtypes();
 
@@ -39,14 +72,17 @@ struct Sizes {
   int64_t state_size;
 };
 
-// Validates the arguments of lltm::forward and returns the problem sizes.
-// Throws c10::Error with a message that names the offending argument.
+// Validates the arguments of lltm::forward, lltm::cell and
+// lltm::cell_forward (`op` names the op in the message) and returns the
+// problem sizes. Throws c10::Error with a message that names the offending
+// argument.
 Sizes check_forward_args(
     const at::Tensor& input,
     const at::Tensor& weights,
     const at::Tensor& bias,
     const at::Tensor& old_h,
-    const at::Tensor& old_cell);
+    const at::Tensor& old_cell,
+    const char* op = "lltm::forward");
 
 // Validates the arguments of lltm::backward and returns the problem sizes.
 Sizes check_backward_args(
@@ -60,29 +96,48 @@ Sizes check_backward_args(
     const at::Tensor& gate_weights,
     const at::Tensor& weights);
 
-// The GEMM parts, shared by every backend (ATen picks BLAS or cuBLAS).
+// Validates the arguments of lltm::cell_backward and returns the sizes.
+Sizes check_cell_backward_args(
+    const std::optional<at::Tensor>& grad_h,
+    const std::optional<at::Tensor>& grad_cell,
+    const at::Tensor& new_cell,
+    const at::Tensor& gates,
+    const std::optional<at::Tensor>& X,
+    const at::Tensor& weights,
+    const OutputMask& output_mask);
 
-// Returns X = [old_h | input] and the gate pre-activations
-// gate_weights = X W^T + b, [batch, 3 * state_size].
-std::tuple<at::Tensor, at::Tensor> gate_preactivations(
+// The GEMMs, shared by every backend (ATen picks BLAS or cuBLAS, and with
+// it the float32 precision setting, as for any matmul).
+
+// W_h = weights[:, :S] and W_x = weights[:, S:], views: the GEMMs read the
+// column blocks in place.
+at::Tensor weights_h(const at::Tensor& weights, int64_t state_size);
+at::Tensor weights_x(const at::Tensor& weights, int64_t state_size);
+
+// Writes the gate pre-activations without the bias into `out` ([batch,
+// 3 * state_size]): X W^T with X = [old_h | input] given, else
+// old_h W_h^T + input W_x^T, which never materializes X.
+void gate_preactivations(
+    at::Tensor& out,
     const at::Tensor& input,
     const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& old_h);
+    const at::Tensor& old_h,
+    const std::optional<at::Tensor>& X);
 
 // From d_gates = dZ ([batch, 3 * state_size]): d_weights = dZ^T X,
-// d_bias = the batch sum of dZ, and [d_old_h | d_input] = dZ W. Returns the
-// backward's outputs with d_old_cell passed through.
-BackwardResult backward_gemms(
+// d_old_h = dZ W_h and d_input = dZ W_x, each only when its mask entry
+// (input, weights, old_h of OutputMask) is set. One GEMM each, so that the
+// two input gradients come out dense.
+void backward_gemms(
     const at::Tensor& d_gates,
-    const at::Tensor& X,
+    const std::optional<at::Tensor>& X,
     const at::Tensor& weights,
-    at::Tensor d_old_cell);
+    const OutputMask& output_mask,
+    CellBackwardResult& result);
 
-// The implementation in ATen operations alone: the CPU kernels, registered
-// in lltm_cpu.cpp. It runs on any device; on CUDA tensors it is the
-// tutorial's "C++ extension on the GPU" that the benchmark compares the
-// CUDA kernels with.
+// The implementation in ATen operations alone, on any device: the
+// tutorial's "C++ extension" that the benchmark compares the kernels with
+// (lltm._C._forward_aten and _backward_aten).
 namespace aten {
 
 ForwardResult forward(
@@ -106,7 +161,7 @@ BackwardResult backward(
 } // namespace aten
 
 // The C++ API: calls the dispatcher, so it reaches the kernel of whatever
-// device the tensors live on (and autograd, when it is registered).
+// device the tensors live on, through autograd when a graph is recorded.
 ForwardResult forward(
     const at::Tensor& input,
     const at::Tensor& weights,
@@ -124,5 +179,12 @@ BackwardResult backward(
     const at::Tensor& X,
     const at::Tensor& gate_weights,
     const at::Tensor& weights);
+
+CellResult cell(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& old_h,
+    const at::Tensor& old_cell);
 
 } // namespace lltm

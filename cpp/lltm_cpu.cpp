@@ -1,57 +1,320 @@
-// LLTM on the CPU.
+// LLTM on the CPU: the kernels of every lltm op for the CPU dispatch key.
 //
-// Forward, with X = [old_h | input] and Z = X W^T + b split column-wise into
-// three [batch, state_size] blocks Z_i, Z_o, Z_c:
-//   i = sigmoid(Z_i)    o = sigmoid(Z_o)    g = elu(Z_c)
-//   new_cell = old_cell + g * i
-//   new_h    = tanh(new_cell) * o
+// Each op is GEMMs in ATen (BLAS) around one fused, vectorized pointwise
+// pass (lltm_cpu_kernel_impl.h, which states the math), split over threads
+// by rows with at::parallel_for:
 //
-// Backward, with t = tanh(new_cell) and upstream gradients gh, gc:
-//   d_old_cell = dc = (1 - t^2) * o * gh + gc
-//   dZ_i = g * dc * i * (1 - i)
-//   dZ_o = t * gh * o * (1 - o)
-//   dZ_c = i * dc * elu'(Z_c),   elu'(z) = 1 if z > 0 else e^z
-//   d_weights = dZ^T X    d_bias = sum over the batch of dZ
-//   [d_old_h | d_input] = dZ W
+//   cell           Z = old_h W_h^T + input W_x^T (2 GEMMs), pointwise
+//   cell_forward   X = [old_h | input] when saved, Z = X W^T, pointwise
+//                  that also saves the gate activations (in place of Z)
+//   cell_backward  pointwise (dZ, d_old_cell, d_bias), then the GEMMs of
+//                  the gradients asked for
+//   forward        the tutorial's: X, Z = X W^T, pointwise (writes Z + b)
+//   backward       the tutorial's: pointwise, then 3 GEMMs
 //
-// Everything is ATen: BLAS for the GEMMs and ATen's vectorized, multithreaded
-// pointwise kernels, using their fused forms (addcmul, the *_backward ops)
-// and writing the three gate gradients straight into their columns of dZ.
-// A hand-written scalar loop over the gates was measured 2.5x slower than
-// this at the tutorial size: ATen vectorizes exp and tanh, the loop could
-// not.
+// The bias is added in the pointwise pass, and its gradient summed there.
 #include "lltm.h"
+#include "lltm_cpu_kernel.h"
 
-#include <ATen/ops/addcmul.h>
-#include <ATen/ops/elu.h>
-#include <ATen/ops/elu_backward.h>
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/Version.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/mul.h>
-#include <ATen/ops/sigmoid.h>
-#include <ATen/ops/sigmoid_backward.h>
-#include <ATen/ops/tanh.h>
-#include <ATen/ops/tanh_backward.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <string>
 #include <utility>
 
-namespace lltm::aten {
+namespace lltm {
+namespace {
 
-ForwardResult forward(
+// The kernels of the best capability that ATen reports for this processor
+// (which ATEN_CPU_CAPABILITY can lower, as for ATen's own kernels).
+template <typename T>
+const cpu::Kernels<T>& kernels() {
+  static const cpu::Kernels<T> table = [] {
+    const std::string capability = at::get_cpu_capability();
+    if (capability == "AVX512") {
+      if (const auto k = cpu::avx512_kernels<T>(); k.forward != nullptr) {
+        return k;
+      }
+    }
+    if (capability == "AVX512" || capability == "AVX2") {
+      if (const auto k = cpu::avx2_kernels<T>(); k.forward != nullptr) {
+        return k;
+      }
+    }
+    return cpu::default_kernels<T>();
+  }();
+  return table;
+}
+
+// Rows per task: enough elements to be worth a thread.
+int64_t rows_per_task(int64_t state_size) {
+  constexpr int64_t kElementsPerTask = 16384;
+  return std::max<int64_t>(
+      1, kElementsPerTask / std::max<int64_t>(1, state_size));
+}
+
+template <typename T>
+void run_forward(const cpu::ForwardArgs<T>& args, int64_t batch) {
+  const auto& k = kernels<T>();
+  at::parallel_for(
+      0, batch, rows_per_task(args.state), [&](int64_t begin, int64_t end) {
+        k.forward(args, begin, end);
+      });
+}
+
+// Runs the backward kernel and returns d_bias ([3 * state], or undefined
+// when not wanted). The rows are cut into fixed chunks, each chunk sums its
+// columns of dZ into its own row of `sums`, and those rows are added in
+// order: the same bits for any number of threads.
+template <typename T>
+at::Tensor run_backward(
+    cpu::BackwardArgs<T> args,
+    int64_t batch,
+    bool want_bias,
+    const at::TensorOptions& options) {
+  using acc_t = at::opmath_type<T>;
+  const auto& k = kernels<T>();
+  const int64_t S = args.state;
+  const int64_t chunk = rows_per_task(S);
+  const int64_t chunks = (batch + chunk - 1) / chunk;
+  at::Tensor sums;
+  if (want_bias) {
+    sums = at::zeros(
+        {std::max<int64_t>(chunks, 1), 3 * S},
+        options.dtype(c10::CppTypeToScalarType<acc_t>::value));
+  }
+  acc_t* sums_data = want_bias ? sums.mutable_data_ptr<acc_t>() : nullptr;
+  at::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
+    for (int64_t c = first; c < last; ++c) {
+      cpu::BackwardArgs<T> part = args;
+      part.d_bias_sum = want_bias ? sums_data + c * 3 * S : nullptr;
+      k.backward(part, c * chunk, std::min(batch, (c + 1) * chunk));
+    }
+  });
+  if (!want_bias) {
+    return {};
+  }
+  at::Tensor d_bias = at::empty({3 * S}, options);
+  T* out = d_bias.mutable_data_ptr<T>();
+  for (int64_t j = 0; j < 3 * S; ++j) {
+    acc_t total = sums_data[j];
+    for (int64_t c = 1; c < chunks; ++c) {
+      total += sums_data[c * 3 * S + j];
+    }
+    out[j] = static_cast<T>(total);
+  }
+  return d_bias;
+}
+
+template <typename T>
+cpu::Strided<T> strided(const std::optional<at::Tensor>& t) {
+  if (!t) {
+    return {nullptr, 0, 0};
+  }
+  return {t->const_data_ptr<T>(), t->stride(0), t->stride(1)};
+}
+
+// The pointwise forward over Z (pre-activations without the bias), writing
+// new_h and new_cell, and the activations i, o, g where given.
+struct ForwardTensors {
+  const at::Tensor& z;
+  const at::Tensor& bias;
+  const at::Tensor& old_cell;
+  at::Tensor& new_h;
+  at::Tensor& new_cell;
+  at::Tensor* input_gate = nullptr; // with output_gate and candidate_cell
+  at::Tensor* output_gate = nullptr;
+  at::Tensor* candidate_cell = nullptr;
+  bool write_z_with_bias = false;
+};
+
+void pointwise_forward(const ForwardTensors& t) {
+  const int64_t B = t.new_h.size(0);
+  const int64_t S = t.new_h.size(1);
+  const at::Tensor bias = t.bias.contiguous();
+  const at::Tensor old_cell = t.old_cell.contiguous();
+  at::Tensor z = t.z; // dense, written in place when asked
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, z.scalar_type(), "lltm_forward_cpu", [&] {
+        cpu::ForwardArgs<scalar_t> args{};
+        args.z = z.const_data_ptr<scalar_t>();
+        args.ld_z = z.stride(0);
+        args.bias = bias.const_data_ptr<scalar_t>();
+        args.old_cell = old_cell.const_data_ptr<scalar_t>();
+        args.new_h = t.new_h.mutable_data_ptr<scalar_t>();
+        args.new_cell = t.new_cell.mutable_data_ptr<scalar_t>();
+        if (t.input_gate != nullptr) {
+          args.input_gate = t.input_gate->mutable_data_ptr<scalar_t>();
+          args.output_gate = t.output_gate->mutable_data_ptr<scalar_t>();
+          args.candidate_cell = t.candidate_cell->mutable_data_ptr<scalar_t>();
+          args.ld_act = t.input_gate->stride(0);
+        }
+        if (t.write_z_with_bias) {
+          args.z_with_bias = z.mutable_data_ptr<scalar_t>();
+        }
+        args.state = S;
+        run_forward(args, B);
+      });
+}
+
+CellResult cell_cpu(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& old_h,
+    const at::Tensor& old_cell) {
+  const Sizes sizes =
+      check_forward_args(input, weights, bias, old_h, old_cell, "lltm::cell");
+  const int64_t B = sizes.batch;
+  const int64_t S = sizes.state_size;
+  const auto options = old_cell.options();
+  at::Tensor z = at::empty({B, 3 * S}, options);
+  gate_preactivations(z, input, weights, old_h, std::nullopt);
+  at::Tensor new_h = at::empty({B, S}, options);
+  at::Tensor new_cell = at::empty({B, S}, options);
+  pointwise_forward({z, bias, old_cell, new_h, new_cell});
+  return {new_h, new_cell};
+}
+
+CellForwardResult cell_forward_cpu(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& old_h,
+    const at::Tensor& old_cell,
+    bool save_X) {
+  const Sizes sizes = check_forward_args(
+      input, weights, bias, old_h, old_cell, "lltm::cell_forward");
+  const int64_t B = sizes.batch;
+  const int64_t S = sizes.state_size;
+  const auto options = old_cell.options();
+  std::optional<at::Tensor> X;
+  if (save_X) {
+    X = at::cat({old_h, input}, /*dim=*/1);
+  }
+  // Z, then the activations over it: gates = [i | o | g].
+  at::Tensor gates = at::empty({B, 3 * S}, options);
+  gate_preactivations(gates, input, weights, old_h, X);
+  at::Tensor new_h = at::empty({B, S}, options);
+  at::Tensor new_cell = at::empty({B, S}, options);
+  at::Tensor i = gates.narrow(1, 0, S);
+  at::Tensor o = gates.narrow(1, S, S);
+  at::Tensor g = gates.narrow(1, 2 * S, S);
+  pointwise_forward({gates, bias, old_cell, new_h, new_cell, &i, &o, &g});
+  return {new_h, new_cell, gates, X};
+}
+
+// The pointwise backward: dZ into d_gates, dc into d_old_cell if defined,
+// and d_bias when asked for.
+at::Tensor pointwise_backward(
+    const std::optional<at::Tensor>& grad_h,
+    const std::optional<at::Tensor>& grad_cell,
+    const at::Tensor& new_cell,
+    const at::Tensor& input_gate,
+    const at::Tensor& output_gate,
+    const at::Tensor& candidate_cell,
+    at::Tensor& d_gates,
+    at::Tensor* d_old_cell,
+    bool want_bias) {
+  const int64_t B = new_cell.size(0);
+  const int64_t S = new_cell.size(1);
+  const at::Tensor new_cell_c = new_cell.contiguous();
+  at::Tensor d_bias;
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf,
+      at::kBFloat16,
+      new_cell.scalar_type(),
+      "lltm_backward_cpu",
+      [&] {
+        cpu::BackwardArgs<scalar_t> args{};
+        args.grad_h = strided<scalar_t>(grad_h);
+        args.grad_cell = strided<scalar_t>(grad_cell);
+        args.new_cell = new_cell_c.const_data_ptr<scalar_t>();
+        args.input_gate = input_gate.const_data_ptr<scalar_t>();
+        args.output_gate = output_gate.const_data_ptr<scalar_t>();
+        args.candidate_cell = candidate_cell.const_data_ptr<scalar_t>();
+        args.ld_act = input_gate.stride(0);
+        args.d_gates = d_gates.mutable_data_ptr<scalar_t>();
+        args.d_old_cell = d_old_cell != nullptr
+            ? d_old_cell->mutable_data_ptr<scalar_t>()
+            : nullptr;
+        args.state = S;
+        d_bias = run_backward(args, B, want_bias, new_cell.options());
+      });
+  return d_bias;
+}
+
+CellBackwardResult cell_backward_cpu(
+    const std::optional<at::Tensor>& grad_h,
+    const std::optional<at::Tensor>& grad_cell,
+    const at::Tensor& new_cell,
+    const at::Tensor& gates,
+    const std::optional<at::Tensor>& X,
+    const at::Tensor& weights,
+    OutputMask mask) {
+  const Sizes sizes = check_cell_backward_args(
+      grad_h, grad_cell, new_cell, gates, X, weights, mask);
+  const int64_t B = sizes.batch;
+  const int64_t S = sizes.state_size;
+  const auto options = new_cell.options();
+  // The activations are read through one row stride.
+  const at::Tensor gates_c = gates.contiguous();
+  at::Tensor d_gates = at::empty({B, 3 * S}, options);
+  CellBackwardResult result;
+  at::Tensor d_old_cell;
+  if (mask[4]) {
+    d_old_cell = at::empty({B, S}, options);
+  }
+  at::Tensor d_bias = pointwise_backward(
+      grad_h,
+      grad_cell,
+      new_cell,
+      gates_c.narrow(1, 0, S),
+      gates_c.narrow(1, S, S),
+      gates_c.narrow(1, 2 * S, S),
+      d_gates,
+      mask[4] ? &d_old_cell : nullptr,
+      mask[2]);
+  if (mask[2]) {
+    std::get<2>(result) = std::move(d_bias);
+  }
+  if (mask[4]) {
+    std::get<4>(result) = std::move(d_old_cell);
+  }
+  backward_gemms(d_gates, X, weights, mask, result);
+  return result;
+}
+
+ForwardResult forward_cpu(
     const at::Tensor& input,
     const at::Tensor& weights,
     const at::Tensor& bias,
     const at::Tensor& old_h,
     const at::Tensor& old_cell) {
   const Sizes sizes = check_forward_args(input, weights, bias, old_h, old_cell);
+  const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
-
-  auto [X, gate_weights] = gate_preactivations(input, weights, bias, old_h);
-  at::Tensor input_gate = at::sigmoid(gate_weights.narrow(1, 0, S));
-  at::Tensor output_gate = at::sigmoid(gate_weights.narrow(1, S, S));
-  at::Tensor candidate_cell = at::elu(gate_weights.narrow(1, 2 * S, S));
-  at::Tensor new_cell = at::addcmul(old_cell, candidate_cell, input_gate);
-  at::Tensor new_h = at::tanh(new_cell).mul_(output_gate);
+  const auto options = old_cell.options();
+  at::Tensor X = at::cat({old_h, input}, /*dim=*/1);
+  at::Tensor gate_weights = at::empty({B, 3 * S}, options);
+  gate_preactivations(gate_weights, input, weights, old_h, X);
+  at::Tensor new_h = at::empty({B, S}, options);
+  at::Tensor new_cell = at::empty({B, S}, options);
+  at::Tensor input_gate = at::empty({B, S}, options);
+  at::Tensor output_gate = at::empty({B, S}, options);
+  at::Tensor candidate_cell = at::empty({B, S}, options);
+  ForwardTensors t{gate_weights, bias, old_cell, new_h, new_cell};
+  t.input_gate = &input_gate;
+  t.output_gate = &output_gate;
+  t.candidate_cell = &candidate_cell;
+  t.write_z_with_bias = true;
+  pointwise_forward(t);
   return {
       new_h,
       new_cell,
@@ -62,7 +325,7 @@ ForwardResult forward(
       gate_weights};
 }
 
-BackwardResult backward(
+BackwardResult backward_cpu(
     const at::Tensor& grad_h,
     const at::Tensor& grad_cell,
     const at::Tensor& new_cell,
@@ -84,34 +347,36 @@ BackwardResult backward(
       weights);
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
-
-  const at::Tensor t = at::tanh(new_cell);
-  // d_old_cell = (1 - t^2) * (o * gh) + gc
-  at::Tensor d_old_cell =
-      at::tanh_backward(at::mul(grad_h, output_gate), t).add_(grad_cell);
-
-  at::Tensor d_gates = at::empty({B, 3 * S}, grad_h.options());
-  at::Tensor d_gate_i = d_gates.narrow(1, 0, S);
-  at::Tensor d_gate_o = d_gates.narrow(1, S, S);
-  at::Tensor d_gate_c = d_gates.narrow(1, 2 * S, S);
-  at::sigmoid_backward_out(
-      d_gate_i, at::mul(candidate_cell, d_old_cell), input_gate);
-  at::sigmoid_backward_out(d_gate_o, at::mul(t, grad_h), output_gate);
-  at::elu_backward_out(
-      d_gate_c,
-      at::mul(input_gate, d_old_cell),
-      /*alpha=*/1,
-      /*scale=*/1,
-      /*input_scale=*/1,
-      /*is_result=*/false,
-      gate_weights.narrow(1, 2 * S, S));
-
-  return backward_gemms(d_gates, X, weights, std::move(d_old_cell));
+  const auto options = grad_h.options();
+  at::Tensor d_gates = at::empty({B, 3 * S}, options);
+  at::Tensor d_old_cell = at::empty({B, S}, options);
+  at::Tensor d_bias = pointwise_backward(
+      grad_h,
+      grad_cell,
+      new_cell,
+      input_gate.contiguous(),
+      output_gate.contiguous(),
+      candidate_cell.contiguous(),
+      d_gates,
+      &d_old_cell,
+      /*want_bias=*/true);
+  CellBackwardResult gemms;
+  backward_gemms(d_gates, X, weights, {true, true, false, true, false}, gemms);
+  return {
+      *std::get<3>(gemms),
+      *std::get<0>(gemms),
+      *std::get<1>(gemms),
+      d_bias.reshape({1, 3 * S}),
+      d_old_cell};
 }
 
-} // namespace lltm::aten
+} // namespace
+} // namespace lltm
 
 TORCH_LIBRARY_IMPL(lltm, CPU, m) {
-  m.impl("forward", &lltm::aten::forward);
-  m.impl("backward", &lltm::aten::backward);
+  m.impl("forward", &lltm::forward_cpu);
+  m.impl("backward", &lltm::backward_cpu);
+  m.impl("cell", &lltm::cell_cpu);
+  m.impl("cell_forward", &lltm::cell_forward_cpu);
+  m.impl("cell_backward", &lltm::cell_backward_cpu);
 }

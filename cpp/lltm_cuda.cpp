@@ -1,18 +1,27 @@
-// LLTM on CUDA: the C++ layer over the kernel library in cuda/.
+// LLTM on CUDA: the kernels of every lltm op for the CUDA dispatch key, a
+// C++ layer over the kernel library in cuda/ (which states the math).
 //
-// Forward:  X = [old_h | input], Z = X W^T + b (cuBLAS), then one fused
-//           kernel for the gates and the new state (cuda/lltm_kernel.cu).
-// Backward: one fused kernel for d_gates = dZ and d_old_cell, then cuBLAS for
-//           d_weights = dZ^T X, [d_old_h | d_input] = dZ W, and a reduction
-//           for d_bias.
+// Each op is cuBLAS GEMMs through ATen around one fused pointwise kernel:
 //
-// Each call validates its inputs with the shared checks, makes the operands
-// contiguous, and launches on the current stream of the inputs' device.
+//   cell           Z = old_h W_h^T + input W_x^T (2 GEMMs), pointwise:
+//                  3 launches
+//   cell_forward   X = [old_h | input] when saved (1 copy kernel), Z = X W^T,
+//                  or 2 GEMMs without X, pointwise that also saves the gate
+//                  activations in place of Z: 3 launches
+//   cell_backward  pointwise (dZ, d_old_cell, d_bias), then one GEMM per
+//                  gradient asked for (d_weights, d_old_h, d_input): 1 to 4
+//                  launches, plus one small kernel for d_bias at large batch
+//   forward        the tutorial's: X, Z = X W^T, pointwise (writes Z + b)
+//   backward       the tutorial's: pointwise, then 3 GEMMs
+//
+// Each call validates its inputs with the shared checks, sets the device,
+// and launches on the current stream of the inputs' device.
 #include "lltm.h"
 
 #include "../cuda/lltm_kernel.h"
 
 #include <ATen/Dispatch.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -53,11 +62,207 @@ const kernel_t<scalar_t>* in(const at::Tensor& t) {
 }
 
 template <typename scalar_t>
-kernel_t<scalar_t>* out(at::Tensor& t) {
+kernel_t<scalar_t>* out(const at::Tensor& t) {
   return reinterpret_cast<kernel_t<scalar_t>*>(t.mutable_data_ptr<scalar_t>());
 }
 
-ForwardResult lltm_forward_cuda(
+template <typename scalar_t>
+kernel_t<scalar_t>* out_or_null(const at::Tensor* t) {
+  return t != nullptr ? out<scalar_t>(*t) : nullptr;
+}
+
+template <typename scalar_t>
+cuda::Strided<kernel_t<scalar_t>> strided(const std::optional<at::Tensor>& t) {
+  if (!t) {
+    return {nullptr, 0, 0};
+  }
+  return {in<scalar_t>(*t), t->stride(0), t->stride(1)};
+}
+
+// The pointwise forward over Z (pre-activations without the bias), writing
+// new_h and new_cell, and the activations i, o, g where given.
+struct ForwardTensors {
+  const at::Tensor& z;
+  const at::Tensor& bias;
+  const at::Tensor& old_cell;
+  at::Tensor& new_h;
+  at::Tensor& new_cell;
+  const at::Tensor* input_gate = nullptr; // with output_gate, candidate_cell
+  const at::Tensor* output_gate = nullptr;
+  const at::Tensor* candidate_cell = nullptr;
+  bool write_z_with_bias = false;
+};
+
+void pointwise_forward(const ForwardTensors& t) {
+  const at::Tensor bias = t.bias.contiguous();
+  const at::Tensor old_cell = t.old_cell.contiguous();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, t.z.scalar_type(), "lltm_forward_cuda", [&] {
+        cuda::ForwardArgs<kernel_t<scalar_t>> args{};
+        args.z = in<scalar_t>(t.z);
+        args.ld_z = t.z.stride(0);
+        args.bias = in<scalar_t>(bias);
+        args.old_cell = in<scalar_t>(old_cell);
+        args.new_h = out<scalar_t>(t.new_h);
+        args.new_cell = out<scalar_t>(t.new_cell);
+        args.input_gate = out_or_null<scalar_t>(t.input_gate);
+        args.output_gate = out_or_null<scalar_t>(t.output_gate);
+        args.candidate_cell = out_or_null<scalar_t>(t.candidate_cell);
+        args.ld_act = t.input_gate != nullptr ? t.input_gate->stride(0) : 0;
+        args.z_with_bias = t.write_z_with_bias ? out<scalar_t>(t.z) : nullptr;
+        args.batch = t.new_h.size(0);
+        args.state = t.new_h.size(1);
+        C10_CUDA_CHECK(cuda::launch_forward(args, stream));
+      });
+}
+
+// The pointwise backward: dZ into d_gates, dc into d_old_cell when given,
+// and d_bias ([3 * state]) when asked for.
+at::Tensor pointwise_backward(
+    const std::optional<at::Tensor>& grad_h,
+    const std::optional<at::Tensor>& grad_cell,
+    const at::Tensor& new_cell,
+    const at::Tensor& input_gate,
+    const at::Tensor& output_gate,
+    const at::Tensor& candidate_cell,
+    at::Tensor& d_gates,
+    const at::Tensor* d_old_cell,
+    bool want_bias) {
+  const at::Tensor new_cell_c = new_cell.contiguous();
+  at::Tensor d_bias;
+  if (want_bias) {
+    d_bias = at::empty({3 * new_cell.size(1)}, new_cell.options());
+  }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf,
+      at::kBFloat16,
+      new_cell.scalar_type(),
+      "lltm_backward_cuda",
+      [&] {
+        cuda::BackwardArgs<kernel_t<scalar_t>> args{};
+        args.grad_h = strided<scalar_t>(grad_h);
+        args.grad_cell = strided<scalar_t>(grad_cell);
+        args.new_cell = in<scalar_t>(new_cell_c);
+        args.input_gate = in<scalar_t>(input_gate);
+        args.output_gate = in<scalar_t>(output_gate);
+        args.candidate_cell = in<scalar_t>(candidate_cell);
+        args.ld_act = input_gate.stride(0);
+        args.d_gates = out<scalar_t>(d_gates);
+        args.d_old_cell = out_or_null<scalar_t>(d_old_cell);
+        args.d_bias = want_bias ? out<scalar_t>(d_bias) : nullptr;
+        args.batch = new_cell.size(0);
+        args.state = new_cell.size(1);
+        // Scratch for the bias's partial sums, from the caching allocator.
+        const size_t bytes = cuda::backward_workspace_size(args);
+        at::Tensor workspace;
+        if (bytes > 0) {
+          workspace = at::empty(
+              {static_cast<int64_t>(bytes)},
+              new_cell.options().dtype(at::kByte));
+        }
+        C10_CUDA_CHECK(
+            cuda::launch_backward(
+                args,
+                bytes > 0 ? workspace.mutable_data_ptr() : nullptr,
+                stream));
+      });
+  return d_bias;
+}
+
+CellResult cell_cuda(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& old_h,
+    const at::Tensor& old_cell) {
+  const Sizes sizes =
+      check_forward_args(input, weights, bias, old_h, old_cell, "lltm::cell");
+  const int64_t B = sizes.batch;
+  const int64_t S = sizes.state_size;
+  const c10::cuda::CUDAGuard device_guard(input.device());
+  const auto options = old_cell.options();
+  at::Tensor z = at::empty({B, 3 * S}, options);
+  gate_preactivations(z, input, weights, old_h, std::nullopt);
+  at::Tensor new_h = at::empty({B, S}, options);
+  at::Tensor new_cell = at::empty({B, S}, options);
+  pointwise_forward({z, bias, old_cell, new_h, new_cell});
+  return {new_h, new_cell};
+}
+
+CellForwardResult cell_forward_cuda(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& old_h,
+    const at::Tensor& old_cell,
+    bool save_X) {
+  const Sizes sizes = check_forward_args(
+      input, weights, bias, old_h, old_cell, "lltm::cell_forward");
+  const int64_t B = sizes.batch;
+  const int64_t S = sizes.state_size;
+  const c10::cuda::CUDAGuard device_guard(input.device());
+  const auto options = old_cell.options();
+  std::optional<at::Tensor> X;
+  if (save_X) {
+    X = at::cat({old_h, input}, /*dim=*/1);
+  }
+  // Z, then the activations over it: gates = [i | o | g].
+  at::Tensor gates = at::empty({B, 3 * S}, options);
+  gate_preactivations(gates, input, weights, old_h, X);
+  at::Tensor new_h = at::empty({B, S}, options);
+  at::Tensor new_cell = at::empty({B, S}, options);
+  const at::Tensor i = gates.narrow(1, 0, S);
+  const at::Tensor o = gates.narrow(1, S, S);
+  const at::Tensor g = gates.narrow(1, 2 * S, S);
+  pointwise_forward({gates, bias, old_cell, new_h, new_cell, &i, &o, &g});
+  return {new_h, new_cell, gates, X};
+}
+
+CellBackwardResult cell_backward_cuda(
+    const std::optional<at::Tensor>& grad_h,
+    const std::optional<at::Tensor>& grad_cell,
+    const at::Tensor& new_cell,
+    const at::Tensor& gates,
+    const std::optional<at::Tensor>& X,
+    const at::Tensor& weights,
+    OutputMask mask) {
+  const Sizes sizes = check_cell_backward_args(
+      grad_h, grad_cell, new_cell, gates, X, weights, mask);
+  const int64_t B = sizes.batch;
+  const int64_t S = sizes.state_size;
+  const c10::cuda::CUDAGuard device_guard(new_cell.device());
+  const auto options = new_cell.options();
+  // The activations are read through one row stride.
+  const at::Tensor gates_c = gates.contiguous();
+  at::Tensor d_gates = at::empty({B, 3 * S}, options);
+  at::Tensor d_old_cell;
+  if (mask[4]) {
+    d_old_cell = at::empty({B, S}, options);
+  }
+  at::Tensor d_bias = pointwise_backward(
+      grad_h,
+      grad_cell,
+      new_cell,
+      gates_c.narrow(1, 0, S),
+      gates_c.narrow(1, S, S),
+      gates_c.narrow(1, 2 * S, S),
+      d_gates,
+      mask[4] ? &d_old_cell : nullptr,
+      mask[2]);
+  CellBackwardResult result;
+  if (mask[2]) {
+    std::get<2>(result) = std::move(d_bias);
+  }
+  if (mask[4]) {
+    std::get<4>(result) = std::move(d_old_cell);
+  }
+  backward_gemms(d_gates, X, weights, mask, result);
+  return result;
+}
+
+ForwardResult forward_cuda(
     const at::Tensor& input,
     const at::Tensor& weights,
     const at::Tensor& bias,
@@ -67,32 +272,21 @@ ForwardResult lltm_forward_cuda(
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   const c10::cuda::CUDAGuard device_guard(input.device());
-
-  auto [X, gate_weights] = gate_preactivations(input, weights, bias, old_h);
-  const at::Tensor old_cell_c = old_cell.contiguous();
   const auto options = old_cell.options();
+  at::Tensor X = at::cat({old_h, input}, /*dim=*/1);
+  at::Tensor gate_weights = at::empty({B, 3 * S}, options);
+  gate_preactivations(gate_weights, input, weights, old_h, X);
   at::Tensor new_h = at::empty({B, S}, options);
   at::Tensor new_cell = at::empty({B, S}, options);
   at::Tensor input_gate = at::empty({B, S}, options);
   at::Tensor output_gate = at::empty({B, S}, options);
   at::Tensor candidate_cell = at::empty({B, S}, options);
-
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, input.scalar_type(), "lltm_forward_cuda", [&] {
-        C10_CUDA_CHECK(
-            cuda::launch_forward_pointwise(
-                in<scalar_t>(gate_weights),
-                in<scalar_t>(old_cell_c),
-                out<scalar_t>(new_h),
-                out<scalar_t>(new_cell),
-                out<scalar_t>(input_gate),
-                out<scalar_t>(output_gate),
-                out<scalar_t>(candidate_cell),
-                B,
-                S,
-                stream));
-      });
+  ForwardTensors t{gate_weights, bias, old_cell, new_h, new_cell};
+  t.input_gate = &input_gate;
+  t.output_gate = &output_gate;
+  t.candidate_cell = &candidate_cell;
+  t.write_z_with_bias = true;
+  pointwise_forward(t);
   return {
       new_h,
       new_cell,
@@ -103,7 +297,7 @@ ForwardResult lltm_forward_cuda(
       gate_weights};
 }
 
-BackwardResult lltm_backward_cuda(
+BackwardResult backward_cuda(
     const at::Tensor& grad_h,
     const at::Tensor& grad_cell,
     const at::Tensor& new_cell,
@@ -126,48 +320,36 @@ BackwardResult lltm_backward_cuda(
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   const c10::cuda::CUDAGuard device_guard(grad_h.device());
-
-  // Upstream gradients are often expanded (e.g. from .sum()): make every
-  // operand dense once, here.
-  const at::Tensor grad_h_c = grad_h.contiguous();
-  const at::Tensor grad_cell_c = grad_cell.contiguous();
-  const at::Tensor new_cell_c = new_cell.contiguous();
-  const at::Tensor input_gate_c = input_gate.contiguous();
-  const at::Tensor output_gate_c = output_gate.contiguous();
-  const at::Tensor candidate_cell_c = candidate_cell.contiguous();
-  const at::Tensor gate_weights_c = gate_weights.contiguous();
-  at::Tensor d_gates = at::empty({B, 3 * S}, grad_h.options());
-  at::Tensor d_old_cell = at::empty({B, S}, grad_h.options());
-
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf,
-      at::kBFloat16,
-      grad_h.scalar_type(),
-      "lltm_backward_cuda",
-      [&] {
-        C10_CUDA_CHECK(
-            cuda::launch_backward_pointwise(
-                in<scalar_t>(grad_h_c),
-                in<scalar_t>(grad_cell_c),
-                in<scalar_t>(new_cell_c),
-                in<scalar_t>(input_gate_c),
-                in<scalar_t>(output_gate_c),
-                in<scalar_t>(candidate_cell_c),
-                in<scalar_t>(gate_weights_c),
-                out<scalar_t>(d_gates),
-                out<scalar_t>(d_old_cell),
-                B,
-                S,
-                stream));
-      });
-  return backward_gemms(d_gates, X, weights, std::move(d_old_cell));
+  const auto options = grad_h.options();
+  at::Tensor d_gates = at::empty({B, 3 * S}, options);
+  at::Tensor d_old_cell = at::empty({B, S}, options);
+  at::Tensor d_bias = pointwise_backward(
+      grad_h,
+      grad_cell,
+      new_cell,
+      input_gate.contiguous(),
+      output_gate.contiguous(),
+      candidate_cell.contiguous(),
+      d_gates,
+      &d_old_cell,
+      /*want_bias=*/true);
+  CellBackwardResult gemms;
+  backward_gemms(d_gates, X, weights, {true, true, false, true, false}, gemms);
+  return {
+      *std::get<3>(gemms),
+      *std::get<0>(gemms),
+      *std::get<1>(gemms),
+      d_bias.reshape({1, 3 * S}),
+      d_old_cell};
 }
 
 } // namespace
 } // namespace lltm
 
 TORCH_LIBRARY_IMPL(lltm, CUDA, m) {
-  m.impl("forward", &lltm::lltm_forward_cuda);
-  m.impl("backward", &lltm::lltm_backward_cuda);
+  m.impl("forward", &lltm::forward_cuda);
+  m.impl("backward", &lltm::backward_cuda);
+  m.impl("cell", &lltm::cell_cuda);
+  m.impl("cell_forward", &lltm::cell_forward_cuda);
+  m.impl("cell_backward", &lltm::cell_backward_cuda);
 }

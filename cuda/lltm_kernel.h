@@ -4,47 +4,86 @@
 // stream, and knows nothing of ATen. cpp/lltm_cuda.cpp validates and prepares
 // the tensors, runs the GEMMs through ATen (cuBLAS) and calls these.
 //
-// scalar_t is float, double, __half or __nv_bfloat16; every tensor is
-// contiguous. Each launcher returns cudaGetLastError() taken right after its
-// launch, for the caller to check.
+// T is float, double, __half or __nv_bfloat16. Each launcher returns
+// cudaGetLastError() taken right after its last launch, for the caller to
+// check; it launches nothing when the batch or the state is empty.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace lltm::cuda {
 
-// From the pre-activations gates = [Z_i | Z_o | Z_c] ([batch, 3 * state]) and
-// old_cell ([batch, state]), writes the five [batch, state] outputs.
-template <typename scalar_t>
-cudaError_t launch_forward_pointwise(
-    const scalar_t* gates,
-    const scalar_t* old_cell,
-    scalar_t* new_h,
-    scalar_t* new_cell,
-    scalar_t* input_gate,
-    scalar_t* output_gate,
-    scalar_t* candidate_cell,
-    int64_t batch,
-    int64_t state_size,
-    cudaStream_t stream);
+// The forward pass over a [batch, state] problem. Rows are addressed as
+// row * ld + column.
+template <typename T>
+struct ForwardArgs {
+  // Pre-activations [batch, 3 * state] = [Z_i | Z_o | Z_c], with row stride
+  // ld_z, without the bias unless `bias` is nullptr.
+  const T* z;
+  int64_t ld_z;
+  const T* bias; // [3 * state], or nullptr
+  const T* old_cell; // [batch, state], dense
+  T* new_h; // [batch, state], dense
+  T* new_cell; // [batch, state], dense
+  // The activations i, o and g, with row stride ld_act, or all nullptr when
+  // nothing is saved for a backward. They may alias z element for element:
+  // each pre-activation is read before its activation is written.
+  T* input_gate;
+  T* output_gate;
+  T* candidate_cell;
+  int64_t ld_act;
+  // z + bias written back in place (the tutorial's gate_weights), or nullptr.
+  T* z_with_bias;
+  int64_t batch;
+  int64_t state;
+};
 
-// Writes d_gates = [dZ_i | dZ_o | dZ_c] ([batch, 3 * state]) and d_old_cell
-// ([batch, state]) from the upstream gradients and the saved activations.
-template <typename scalar_t>
-cudaError_t launch_backward_pointwise(
-    const scalar_t* grad_h,
-    const scalar_t* grad_cell,
-    const scalar_t* new_cell,
-    const scalar_t* input_gate,
-    const scalar_t* output_gate,
-    const scalar_t* candidate_cell,
-    const scalar_t* gates,
-    scalar_t* d_gates,
-    scalar_t* d_old_cell,
-    int64_t batch,
-    int64_t state_size,
+// A [batch, state] operand read through its strides, which may be 0 (an
+// expanded upstream gradient); nullptr reads as zeros (no gradient).
+template <typename T>
+struct Strided {
+  const T* data;
+  int64_t row_stride;
+  int64_t col_stride;
+};
+
+template <typename T>
+struct BackwardArgs {
+  Strided<T> grad_h;
+  Strided<T> grad_cell;
+  const T* new_cell; // [batch, state], dense
+  // The saved activations, with row stride ld_act.
+  const T* input_gate;
+  const T* output_gate;
+  const T* candidate_cell;
+  int64_t ld_act;
+  T* d_gates; // [batch, 3 * state], dense: [dZ_i | dZ_o | dZ_c]
+  T* d_old_cell; // [batch, state], dense, or nullptr
+  T* d_bias; // [3 * state]: the column sums of d_gates, or nullptr
+  int64_t batch;
+  int64_t state;
+};
+
+// Writes new_h and new_cell, and the activations when asked for.
+template <typename T>
+cudaError_t launch_forward(const ForwardArgs<T>& args, cudaStream_t stream);
+
+// The bytes of scratch memory launch_backward needs for these arguments on
+// the current device: nonzero when d_bias is asked for and the batch is
+// split over several blocks, whose partial sums are then added in a second,
+// small kernel, in a fixed order.
+template <typename T>
+size_t backward_workspace_size(const BackwardArgs<T>& args);
+
+// Writes d_gates, and d_old_cell and d_bias when asked for. `workspace`
+// holds backward_workspace_size(args) bytes, aligned to 16.
+template <typename T>
+cudaError_t launch_backward(
+    const BackwardArgs<T>& args,
+    void* workspace,
     cudaStream_t stream);
 
 } // namespace lltm::cuda

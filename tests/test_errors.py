@@ -14,12 +14,17 @@ from lltm import _C
 
 B, F, S = 4, 3, 5
 
-# The three ways to call the forward: the tutorial API, the Python API and the
-# dispatcher op.
-FORWARDS: dict[str, Callable[..., Any]] = {
-    "_C.forward": _C.forward,
-    "lltm.lltm": lltm.lltm,
-    "torch.ops": torch.ops.lltm.forward.default,
+# The ways to call the forward: the tutorial API, the Python API and the
+# dispatcher ops, with the op each one reports.
+FORWARDS: dict[str, tuple[Callable[..., Any], str]] = {
+    "_C.forward": (_C.forward, "lltm::forward"),
+    "torch.ops.lltm.forward": (torch.ops.lltm.forward.default, "lltm::forward"),
+    "lltm.lltm": (lltm.lltm, "lltm::cell"),
+    "torch.ops.lltm.cell": (torch.ops.lltm.cell.default, "lltm::cell"),
+    "torch.ops.lltm.cell_forward": (
+        lambda *args: torch.ops.lltm.cell_forward.default(*args, True),
+        "lltm::cell_forward",
+    ),
 }
 
 
@@ -106,8 +111,9 @@ FORWARD_CASES = [
 def test_forward_rejects(
     entry: str, changes: dict[str, torch.Tensor], error: type, message: str
 ) -> None:
-    with pytest.raises(error, match="lltm::forward: " + message):
-        FORWARDS[entry](*forward_args(**changes))
+    forward, op = FORWARDS[entry]
+    with pytest.raises(error, match=f"{op}: " + message):
+        forward(*forward_args(**changes))
 
 
 def backward_args(**changes: torch.Tensor) -> list[torch.Tensor]:
@@ -215,11 +221,12 @@ def test_fake_kernel_rejects_mixed_devices() -> None:
 def test_forward_rejects_mixed_devices(entry: str) -> None:
     args = forward_args()
     args[0] = args[0].cuda()
+    forward, op = FORWARDS[entry]
     with pytest.raises(
         RuntimeError,
-        match=r"lltm::forward: expected weights to be on the same device as input \(cuda:0\), but got cpu",
+        match=op + r": expected weights to be on the same device as input \(cuda:0\), but got cpu",
     ):
-        FORWARDS[entry](*args)
+        forward(*args)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -30,12 +30,31 @@ from typing import Any
 
 import torch
 
-__all__ = ["CPU_SOURCES", "CUDA_SOURCES", "JitUnavailableError", "load", "source_dir"]
+__all__ = [
+    "CPU_KERNEL_SOURCES",
+    "CPU_SOURCES",
+    "CUDA_SOURCES",
+    "JitUnavailableError",
+    "load",
+    "source_dir",
+]
 
 # The files CMakeLists.txt compiles, relative to the source directory; a test
-# checks the two lists agree.
-CPU_SOURCES = ("cpp/bindings.cpp", "cpp/lltm.cpp", "cpp/lltm_cpu.cpp")
+# checks the lists agree. The CPU kernels, one file per instruction set, come
+# last in the link, as in CMakeLists.txt (see cpp/lltm_cpu_kernel_avx2.cpp).
+CPU_SOURCES = (
+    "cpp/bindings.cpp",
+    "cpp/lltm.cpp",
+    "cpp/autograd.cpp",
+    "cpp/lltm_aten.cpp",
+    "cpp/lltm_cpu.cpp",
+)
 CUDA_SOURCES = ("cpp/lltm_cuda.cpp", "cuda/lltm_kernel.cu")
+CPU_KERNEL_SOURCES = (
+    "cpp/lltm_cpu_kernel_default.cpp",
+    "cpp/lltm_cpu_kernel_avx2.cpp",
+    "cpp/lltm_cpu_kernel_avx512.cpp",
+)
 
 _lock = threading.Lock()
 _loaded: ModuleType | None = None
@@ -127,7 +146,9 @@ def load(
             with_cuda = torch.cuda.is_available() and _cuda_compiler_found()
         _check_toolchain(with_cuda)
         root = source_dir()
-        sources = [root / s for s in CPU_SOURCES + (CUDA_SOURCES if with_cuda else ())]
+        sources = [
+            root / s for s in CPU_SOURCES + (CUDA_SOURCES if with_cuda else ()) + CPU_KERNEL_SOURCES
+        ]
 
         from torch.utils import cpp_extension  # noqa: PLC0415 - import is slow
 

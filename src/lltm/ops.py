@@ -1,17 +1,14 @@
 """The LLTM operators: the Python API over the ``torch.ops.lltm`` dispatcher ops.
 
-The schemas and the CPU/CUDA kernels are registered in C++ (``cpp/lltm.cpp``).
-This module adds what ``torch.compile`` and autograd need on top of them:
-
-* a fake kernel for each op, so that the compiler can trace shapes without
-  running a kernel;
-* an autograd formula for ``lltm::forward``, whose backward calls the
-  ``lltm::backward`` op, so that the backward is traceable too.
+The schemas, the CPU/CUDA kernels and the autograd kernels are registered in
+C++ (``cpp/``). This module adds what ``torch.compile`` needs on top of them:
+a fake kernel for each op, so that the compiler can trace shapes without
+running a kernel. The fake kernels mirror the C++ checks with
+``torch._check``, so that ``torch.compile`` rejects bad shapes with the same
+wording at trace time.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -45,13 +42,14 @@ def lltm(
     Returns:
         ``(new_h, new_cell)``, each ``[batch, state_size]``.
     """
-    new_h, new_cell, *_ = torch.ops.lltm.forward.default(input, weights, bias, old_h, old_cell)
-    return new_h, new_cell
+    return _cell(input, weights, bias, old_h, old_cell)
+
+
+# Looked up once: attribute lookups on torch.ops cost microseconds per call.
+_cell = torch.ops.lltm.cell.default
 
 
 # --- fake kernels -------------------------------------------------------------------------
-# They mirror the C++ checks with torch._check, so that torch.compile rejects
-# bad shapes with the same wording at trace time.
 
 
 def _check_same(op: str, tensors: dict[str, Tensor]) -> None:
@@ -70,15 +68,14 @@ def _check_same(op: str, tensors: dict[str, Tensor]) -> None:
         )
 
 
-@torch.library.register_fake("lltm::forward")
-def _forward_fake(
+def _check_forward(
+    op: str,
     input: Tensor,  # noqa: A002
     weights: Tensor,
     bias: Tensor,
     old_h: Tensor,
     old_cell: Tensor,
-) -> tuple[Tensor, ...]:
-    op = "lltm::forward"
+) -> tuple[int, int, int]:
     _check_same(
         op,
         {"input": input, "weights": weights, "bias": bias, "old_h": old_h, "old_cell": old_cell},
@@ -97,10 +94,54 @@ def _forward_fake(
         bias.numel() == 3 * state and bias.dim() in (1, 2),
         lambda: f"{op}: expected bias to have shape [3 * state_size] or [1, 3 * state_size]",
     )
+    return batch, features, state
+
+
+@torch.library.register_fake("lltm::forward")
+def _forward_fake(
+    input: Tensor,  # noqa: A002
+    weights: Tensor,
+    bias: Tensor,
+    old_h: Tensor,
+    old_cell: Tensor,
+) -> tuple[Tensor, ...]:
+    batch, features, state = _check_forward("lltm::forward", input, weights, bias, old_h, old_cell)
     state_like = [old_cell.new_empty((batch, state)) for _ in range(5)]
     X = input.new_empty((batch, state + features))  # noqa: N806
     gate_weights = input.new_empty((batch, 3 * state))
     return (*state_like, X, gate_weights)
+
+
+@torch.library.register_fake("lltm::cell")
+def _cell_fake(
+    input: Tensor,  # noqa: A002
+    weights: Tensor,
+    bias: Tensor,
+    old_h: Tensor,
+    old_cell: Tensor,
+) -> tuple[Tensor, Tensor]:
+    batch, _, state = _check_forward("lltm::cell", input, weights, bias, old_h, old_cell)
+    return old_cell.new_empty((batch, state)), old_cell.new_empty((batch, state))
+
+
+@torch.library.register_fake("lltm::cell_forward")
+def _cell_forward_fake(
+    input: Tensor,  # noqa: A002
+    weights: Tensor,
+    bias: Tensor,
+    old_h: Tensor,
+    old_cell: Tensor,
+    save_X: bool,  # noqa: N803
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    op = "lltm::cell_forward"
+    batch, features, state = _check_forward(op, input, weights, bias, old_h, old_cell)
+    X = input.new_empty((batch, state + features)) if save_X else None  # noqa: N806
+    return (
+        old_cell.new_empty((batch, state)),
+        old_cell.new_empty((batch, state)),
+        old_cell.new_empty((batch, 3 * state)),
+        X,
+    )
 
 
 @torch.library.register_fake("lltm::backward")
@@ -150,60 +191,43 @@ def _backward_fake(
     )
 
 
-# --- autograd -----------------------------------------------------------------------------
-# Only new_h and new_cell are differentiable outputs. The other five are the
-# saved activations the tutorial returns for its backward; they are marked
-# non-differentiable so that a loss built on them cannot silently get a
-# gradient that ignores that path.
-
-
-def _setup_context(ctx: Any, inputs: tuple[Tensor, ...], output: tuple[Tensor, ...]) -> None:
-    _input, weights, bias, _old_h, _old_cell = inputs
-    _new_h, new_cell, input_gate, output_gate, candidate_cell, X, gate_weights = output  # noqa: N806
-    ctx.mark_non_differentiable(input_gate, output_gate, candidate_cell, X, gate_weights)
-    ctx.save_for_backward(
-        new_cell, input_gate, output_gate, candidate_cell, X, gate_weights, weights
+@torch.library.register_fake("lltm::cell_backward")
+def _cell_backward_fake(
+    grad_h: Tensor | None,
+    grad_cell: Tensor | None,
+    new_cell: Tensor,
+    gates: Tensor,
+    X: Tensor | None,  # noqa: N803
+    weights: Tensor,
+    output_mask: list[bool],
+) -> tuple[Tensor | None, ...]:
+    op = "lltm::cell_backward"
+    tensors = {"new_cell": new_cell, "gates": gates, "weights": weights}
+    for name, t in (("grad_h", grad_h), ("grad_cell", grad_cell), ("X", X)):
+        if t is not None:
+            tensors[name] = t
+    _check_same(op, tensors)
+    batch, state = new_cell.shape
+    features = weights.shape[1] - state
+    torch._check(
+        not output_mask[1] or X is not None,
+        lambda: (
+            f"{op}: expected X = [old_h | input] to be a tensor when the weights need a "
+            "gradient (output_mask[1]), but got None"
+        ),
     )
-    ctx.bias_shape = bias.shape
-
-
-def _backward(
-    ctx: Any, grad_h: Tensor | None, grad_cell: Tensor | None, *_: Any
-) -> tuple[Any, ...]:
-    new_cell, input_gate, output_gate, candidate_cell, X, gate_weights, weights = (  # noqa: N806
-        ctx.saved_tensors
+    torch._check(
+        gates.shape == (batch, 3 * state),
+        lambda: f"{op}: expected gates to have shape [batch, 3 * state_size]",
     )
-    # Autograd passes None for an output that does not reach the loss.
-    if grad_h is None:
-        grad_h = torch.zeros_like(new_cell)
-    if grad_cell is None:
-        grad_cell = torch.zeros_like(new_cell)
-    d_old_h, d_input, d_weights, d_bias, d_old_cell = torch.ops.lltm.backward.default(
-        grad_h,
-        grad_cell,
-        new_cell,
-        input_gate,
-        output_gate,
-        candidate_cell,
-        X,
-        gate_weights,
-        weights,
+    shapes = [
+        (batch, features),
+        (3 * state, state + features),
+        (3 * state,),
+        (batch, state),
+        (batch, state),
+    ]
+    return tuple(
+        new_cell.new_empty(shape) if wanted else None
+        for shape, wanted in zip(shapes, output_mask, strict=True)
     )
-    return d_input, d_weights, d_bias.reshape(ctx.bias_shape), d_old_h, d_old_cell
-
-
-torch.library.register_autograd("lltm::forward", _backward, setup_context=_setup_context)
-
-
-def _no_double_backward(_ctx: Any, *_grads: Any) -> tuple[Any, ...]:
-    msg = "lltm::backward is not differentiable: lltm supports first-order gradients only"
-    raise RuntimeError(msg)
-
-
-def _setup_backward_context(ctx: Any, inputs: tuple[Tensor, ...], output: Any) -> None:
-    pass
-
-
-torch.library.register_autograd(
-    "lltm::backward", _no_double_backward, setup_context=_setup_backward_context
-)

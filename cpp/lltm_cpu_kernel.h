@@ -1,0 +1,84 @@
+// The LLTM pointwise CPU kernels: what lltm_cpu.cpp calls.
+//
+// Each kernel works on a range of batch rows, so that lltm_cpu.cpp can split
+// the batch over threads with at::parallel_for. It is compiled once per CPU
+// capability (lltm_cpu_kernel_{default,avx2,avx512}.cpp, from
+// lltm_cpu_kernel_impl.h), and lltm_cpu.cpp picks the table of the best one
+// the processor runs, as ATen's own kernels do.
+#pragma once
+
+#include <ATen/OpMathType.h>
+
+#include <cstdint>
+
+namespace lltm::cpu {
+
+// Pointers of the forward pass over rows [0, batch), each [batch, ...] and
+// addressed by row: element (b, s) of new_h is new_h[b * state + s].
+template <typename T>
+struct ForwardArgs {
+  // Pre-activations [batch, 3 * state], [Z_i | Z_o | Z_c], with row stride
+  // ld_z, without the bias unless `bias` is nullptr.
+  const T* z;
+  int64_t ld_z;
+  const T* bias; // [3 * state], or nullptr
+  const T* old_cell; // [batch, state], dense
+  T* new_h; // [batch, state], dense
+  T* new_cell; // [batch, state], dense
+  // The activations i, o and g, with row stride ld_act; all nullptr when
+  // nothing is saved for a backward. They may alias z element for element:
+  // each pre-activation is read before its activation is written.
+  T* input_gate;
+  T* output_gate;
+  T* candidate_cell;
+  int64_t ld_act;
+  // z + bias written back in place (the tutorial's gate_weights), or nullptr.
+  T* z_with_bias;
+  int64_t state;
+};
+
+// A [batch, state] operand read through its strides, which may be 0 (an
+// expanded upstream gradient); nullptr reads as zeros (no gradient).
+template <typename T>
+struct Strided {
+  const T* data;
+  int64_t row_stride;
+  int64_t col_stride;
+};
+
+template <typename T>
+struct BackwardArgs {
+  Strided<T> grad_h;
+  Strided<T> grad_cell;
+  const T* new_cell; // [batch, state], dense
+  // The saved activations, with row stride ld_act.
+  const T* input_gate;
+  const T* output_gate;
+  const T* candidate_cell;
+  int64_t ld_act;
+  T* d_gates; // [batch, 3 * state], dense: [dZ_i | dZ_o | dZ_c]
+  T* d_old_cell; // [batch, state], dense, or nullptr
+  // [3 * state]: the kernel adds the column sums of d_gates over its rows
+  // (the bias gradient of those rows), or nullptr.
+  at::opmath_type<T>* d_bias_sum;
+  int64_t state;
+};
+
+template <typename T>
+struct Kernels {
+  // Computes rows [begin, end) of the outputs.
+  void (*forward)(const ForwardArgs<T>& args, int64_t begin, int64_t end);
+  void (*backward)(const BackwardArgs<T>& args, int64_t begin, int64_t end);
+};
+
+// The kernels of one CPU capability. A capability that this compiler or
+// target cannot build returns a table of nullptr, and the caller falls back
+// to the next one.
+template <typename T>
+Kernels<T> default_kernels();
+template <typename T>
+Kernels<T> avx2_kernels();
+template <typename T>
+Kernels<T> avx512_kernels();
+
+} // namespace lltm::cpu

@@ -1,0 +1,179 @@
+// LLTM pointwise CPU kernels, vectorized with at::vec::Vectorized. Included
+// only by lltm_cpu_kernel_<capability>.cpp, each of which defines
+// CPU_CAPABILITY (and its CPU_CAPABILITY_<name> macro) first, so every
+// capability gets its own copy in its own inline namespace, as in ATen.
+//
+// Forward, per (b, s), with the pre-activations Z = [Z_i | Z_o | Z_c] and
+// the bias b (added here, not in the GEMM):
+//   i = sigmoid(Z_i + b_i)    o = sigmoid(Z_o + b_o)    g = elu(Z_c + b_c)
+//   new_cell = old_cell + g * i
+//   new_h    = tanh(new_cell) * o
+//
+// Backward, from the saved activations i, o, g and new_cell, with
+// t = tanh(new_cell) and upstream gradients gh, gc:
+//   d_old_cell = dc = (1 - t^2) * o * gh + gc
+//   dZ_i = dc * g * i * (1 - i)
+//   dZ_o = gh * t * o * (1 - o)
+//   dZ_c = dc * i * elu'(Z_c),  elu'(z) = 1 if z > 0 else e^z = g + 1
+//   d_bias = the column sums of dZ
+// so the backward needs one transcendental, tanh, and no pre-activation.
+//
+// float16 and bfloat16 are loaded into float vectors and stored back:
+// every intermediate is float, as in ATen's reduced-precision kernels.
+#pragma once
+
+#include "lltm_cpu_kernel.h"
+
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+
+#include <algorithm>
+#include <type_traits>
+
+namespace lltm::cpu {
+inline namespace CPU_CAPABILITY {
+
+template <typename T>
+using acc_t = at::opmath_type<T>;
+template <typename T>
+using Vec = at::vec::Vectorized<acc_t<T>>;
+
+// Loads n <= Vec::size() elements (the rest read as zero).
+template <typename T>
+Vec<T> load(const T* p, int64_t n) {
+  if constexpr (std::is_same_v<T, acc_t<T>>) {
+    return n == Vec<T>::size() ? Vec<T>::loadu(p) : Vec<T>::loadu(p, n);
+  } else {
+    if (n == Vec<T>::size()) {
+      Vec<T> out;
+      at::vec::load_to_float(p, out);
+      return out;
+    }
+    acc_t<T> buffer[Vec<T>::size()] = {};
+    std::copy(p, p + n, buffer);
+    return Vec<T>::loadu(buffer);
+  }
+}
+
+template <typename T>
+Vec<T> load(const Strided<T>& m, int64_t row, int64_t col, int64_t n) {
+  if (m.data == nullptr) {
+    return Vec<T>(acc_t<T>(0));
+  }
+  const T* p = m.data + row * m.row_stride + col * m.col_stride;
+  if (m.col_stride == 1) {
+    return load(p, n);
+  }
+  if (m.col_stride == 0) {
+    return Vec<T>(static_cast<acc_t<T>>(*p));
+  }
+  acc_t<T> buffer[Vec<T>::size()] = {};
+  for (int64_t j = 0; j < n; ++j) {
+    buffer[j] = static_cast<acc_t<T>>(p[j * m.col_stride]);
+  }
+  return Vec<T>::loadu(buffer);
+}
+
+// Stores the first n elements.
+template <typename T>
+void store(T* p, const Vec<T>& v, int64_t n) {
+  if constexpr (std::is_same_v<T, acc_t<T>>) {
+    n == Vec<T>::size() ? v.store(p) : v.store(p, static_cast<int>(n));
+  } else {
+    // One vector of T holds two float vectors; only the first is used.
+    at::vec::convert_from_float<T>(v, v).store(p, static_cast<int>(n));
+  }
+}
+
+template <typename V>
+V sigmoid(const V& z) {
+  const V one(1);
+  return one / (one + z.neg().exp());
+}
+
+template <typename V>
+V elu(const V& z) {
+  return V::blendv(z.expm1(), z, z > V(0));
+}
+
+template <typename T>
+void forward_rows(const ForwardArgs<T>& a, int64_t begin, int64_t end) {
+  constexpr int64_t kWidth = Vec<T>::size();
+  const int64_t S = a.state;
+  const bool save = a.input_gate != nullptr;
+  for (int64_t b = begin; b < end; ++b) {
+    const T* z = a.z + b * a.ld_z;
+    for (int64_t s = 0; s < S; s += kWidth) {
+      const int64_t n = std::min(kWidth, S - s);
+      Vec<T> z_i = load(z + s, n);
+      Vec<T> z_o = load(z + S + s, n);
+      Vec<T> z_c = load(z + 2 * S + s, n);
+      if (a.bias != nullptr) {
+        z_i = z_i + load(a.bias + s, n);
+        z_o = z_o + load(a.bias + S + s, n);
+        z_c = z_c + load(a.bias + 2 * S + s, n);
+      }
+      if (a.z_with_bias != nullptr) {
+        T* out = a.z_with_bias + b * a.ld_z;
+        store(out + s, z_i, n);
+        store(out + S + s, z_o, n);
+        store(out + 2 * S + s, z_c, n);
+      }
+      const Vec<T> i = sigmoid(z_i);
+      const Vec<T> o = sigmoid(z_o);
+      const Vec<T> g = elu(z_c);
+      const Vec<T> c = load(a.old_cell + b * S + s, n) + g * i;
+      store(a.new_cell + b * S + s, c, n);
+      store(a.new_h + b * S + s, c.tanh() * o, n);
+      if (save) {
+        store(a.input_gate + b * a.ld_act + s, i, n);
+        store(a.output_gate + b * a.ld_act + s, o, n);
+        store(a.candidate_cell + b * a.ld_act + s, g, n);
+      }
+    }
+  }
+}
+
+template <typename T>
+void backward_rows(const BackwardArgs<T>& a, int64_t begin, int64_t end) {
+  constexpr int64_t kWidth = Vec<T>::size();
+  const int64_t S = a.state;
+  const Vec<T> one(1);
+  const Vec<T> zero(0);
+  for (int64_t b = begin; b < end; ++b) {
+    T* dz = a.d_gates + b * 3 * S;
+    for (int64_t s = 0; s < S; s += kWidth) {
+      const int64_t n = std::min(kWidth, S - s);
+      const Vec<T> gh = load(a.grad_h, b, s, n);
+      const Vec<T> gc = load(a.grad_cell, b, s, n);
+      const Vec<T> i = load(a.input_gate + b * a.ld_act + s, n);
+      const Vec<T> o = load(a.output_gate + b * a.ld_act + s, n);
+      const Vec<T> g = load(a.candidate_cell + b * a.ld_act + s, n);
+      const Vec<T> t = load(a.new_cell + b * S + s, n).tanh();
+      const Vec<T> dc = (one - t * t) * o * gh + gc;
+      const Vec<T> dz_i = dc * g * i * (one - i);
+      const Vec<T> dz_o = gh * t * o * (one - o);
+      const Vec<T> dz_c = dc * i * Vec<T>::blendv(g + one, one, g > zero);
+      store(dz + s, dz_i, n);
+      store(dz + S + s, dz_o, n);
+      store(dz + 2 * S + s, dz_c, n);
+      if (a.d_old_cell != nullptr) {
+        store(a.d_old_cell + b * S + s, dc, n);
+      }
+      if (a.d_bias_sum != nullptr) {
+        acc_t<T>* sum = a.d_bias_sum;
+        (Vec<T>::loadu(sum + s, n) + dz_i).store(sum + s, n);
+        (Vec<T>::loadu(sum + S + s, n) + dz_o).store(sum + S + s, n);
+        (Vec<T>::loadu(sum + 2 * S + s, n) + dz_c).store(sum + 2 * S + s, n);
+      }
+    }
+  }
+}
+
+template <typename T>
+Kernels<T> kernels() {
+  return {&forward_rows<T>, &backward_rows<T>};
+}
+
+} // namespace CPU_CAPABILITY
+} // namespace lltm::cpu
