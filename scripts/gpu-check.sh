@@ -4,21 +4,25 @@
 #   tests     the whole test suite, CUDA cases included (LLTM_TEST_LARGE=1)
 #   memcheck  compute-sanitizer memcheck over the CUDA tests, with PyTorch's
 #             caching allocator off
+#   initcheck the same with initcheck: no kernel reads memory never written
 #   jit       the JIT flavor: LLTM_BACKEND=jit builds the same sources, CUDA
 #             included, with torch.utils.cpp_extension on import (verbose),
 #             then the CUDA cases of the op, tutorial-API, error and CUDA tests
 #             run against it
-#   bench     python -m lltm.benchmark --device cuda at the tutorial's size and
-#             at batch 4096, features 1024, state 1024, in float32 and bfloat16
+#   profile   scripts/profile_step.py: the GPU operations of one training step
+#             per variant, with their times (the launch counts)
+#   bench     python -m lltm.benchmark --device cuda over the sizes of the
+#             performance issue ($LLTM_BENCH_CONFIGS, one config per line)
 # Usage: scripts/gpu-check.sh [OUT_DIR [STEP...]]  (default: every step)
-# Writes at most seven files to OUT_DIR (default $OUT): summary.txt,
-# build.log, tests.log, memcheck.log, jit.log, bench.log and bench.json.
+# Writes at most eight files to OUT_DIR (default $OUT): summary.txt,
+# build.log, tests.log, memcheck.log, initcheck.log, jit.log, profile.log,
+# bench.log and bench.json (select steps to stay within eight).
 # Build dependencies missing on the machine can travel as wheels in .whl/.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${1:-${OUT:-/tmp/lltm-gpu-check}}
 shift || true
-steps=${*:-build tests memcheck jit bench}
+steps=${*:-build tests memcheck initcheck jit profile bench}
 mkdir -p "$out"
 py=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
@@ -46,7 +50,7 @@ wants() { [[ " $steps " == *" $1 "* ]]; }
 
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+  "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())"
   echo "TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-}"
 } | tee "$out/summary.txt"
 
@@ -55,16 +59,25 @@ if wants build; then
     step "python -m lltm" build.log "$py" -m lltm
 fi
 if wants tests; then
-  LLTM_TEST_LARGE=1 step tests tests.log timeout 450 \
-    "$py" -m pytest tests -p no:cacheprovider -q -rs --durations=10
+  # shellcheck disable=SC2086 # LLTM_TEST_ARGS holds words, e.g. "-m cuda"
+  LLTM_TEST_LARGE=1 step tests tests.log timeout "${LLTM_TEST_TIMEOUT:-450}" \
+    "$py" -m pytest tests -p no:cacheprovider -q -rs --durations=10 ${LLTM_TEST_ARGS:-}
 fi
+# The caching allocator hides out-of-bounds accesses inside its slabs; CUDA
+# graph capture needs it, and torch.compile is too slow under the sanitizer.
+sanitize() {
+  local tool=$1
+  # shellcheck disable=SC2086 # LLTM_SANITIZER_TESTS holds words
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 step "$tool" "$tool.log" timeout "${LLTM_SANITIZER_TIMEOUT:-240}" \
+    compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
+    "$py" -m pytest -p no:cacheprovider -q -m cuda -k "not compile and not graph and not 64bit and not launches" \
+    ${LLTM_SANITIZER_TESTS:-tests}
+}
 if wants memcheck; then
-  # The caching allocator hides out-of-bounds accesses inside its slabs;
-  # CUDA graph capture needs it, and torch.compile is too slow under the
-  # sanitizer.
-  PYTORCH_NO_CUDA_MEMORY_CACHING=1 step memcheck memcheck.log timeout 240 \
-    compute-sanitizer --tool memcheck --error-exitcode 1 --print-limit 20 \
-    "$py" -m pytest tests -p no:cacheprovider -q -m cuda -k "not compile and not graph and not 64bit"
+  sanitize memcheck
+fi
+if wants initcheck; then
+  sanitize initcheck
 fi
 if wants jit; then
   export TORCH_EXTENSIONS_DIR=/tmp/lltm-jit
@@ -76,17 +89,23 @@ if wants jit; then
   LLTM_BACKEND=jit step "jit tests" jit.log timeout 300 "$py" -m pytest -p no:cacheprovider -q -rs -m cuda \
     tests/test_ops.py tests/test_tutorial_api.py tests/test_errors.py tests/test_cuda.py
 fi
+if wants profile; then
+  step profile profile.log timeout 120 "$py" scripts/profile_step.py
+fi
 if wants bench; then
   mkdir -p "$out/json"
-  bench() {
-    local name=$1
-    shift
-    step "$name" bench.log "$py" -m lltm.benchmark --device cuda --json "$out/json/$name.json" "$@"
-  }
-  bench bench-tutorial-fp32
-  bench bench-tutorial-bf16 --dtype bfloat16
-  bench bench-4096-fp32 -b 4096 -f 1024 -s 1024 --runs 200
-  bench bench-4096-bf16 -b 4096 -f 1024 -s 1024 --runs 200 --dtype bfloat16
+  # name, then the benchmark's arguments
+  configs=${LLTM_BENCH_CONFIGS:-"tutorial-fp32 --sizes 16x32x128 --launches
+tutorial-fp32-all --sizes 16x32x128 --grad all
+4096-fp32 --sizes 4096x1024x1024 --launches
+4096-fp32-all --sizes 4096x1024x1024 --grad all --variants python,floor,kernels,lltm,lltm-compile
+4096-bf16 --sizes 4096x1024x1024 --dtype bfloat16
+32768-bf16 --sizes 32768x256x256 --dtype bfloat16 --variants python,compile,floor,kernels,lltm,lltm-compile"}
+  while read -r name args; do
+    # shellcheck disable=SC2086 # the arguments are words
+    step "bench-$name" bench.log timeout "${LLTM_BENCH_TIMEOUT:-200}" "$py" -m lltm.benchmark --device cuda \
+      --seconds "${LLTM_BENCH_SECONDS:-1}" --json "$out/json/$name.json" $args
+  done <<<"$configs"
   "$py" -c "import json, pathlib, sys; d = pathlib.Path(sys.argv[1]); \
 json.dump({p.stem: json.loads(p.read_text()) for p in sorted(d.glob('*.json'))}, \
 open(sys.argv[2], 'w'), indent=1)" "$out/json" "$out/bench.json" && rm -r "$out/json"
@@ -96,6 +115,6 @@ echo
 echo "=== summary"
 printf '%s\n' "${summary[@]}" | tee -a "$out/summary.txt"
 if wants bench; then
-  grep -E '^(=== bench|variant|-----|[a-z]+ +cuda)' "$out/bench.log"
+  grep -E '^(=== bench|cuda:|variant|-----|[a-z-]+ +[0-9])' "$out/bench.log"
 fi
 ! grep -q FAILED "$out/summary.txt"

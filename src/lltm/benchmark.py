@@ -1,47 +1,56 @@
-"""``python -m lltm.benchmark``: the tutorial's benchmark.py as a command.
+"""``python -m lltm.benchmark``: the LLTM training step, lltm against what users would pick instead.
 
-Times one LLTM step, forward and backward separately, for each variant on
-each device, and prints a table with the speedup over the pure-PyTorch
-reference measured in the same run. The defaults are the tutorial's sizes:
-batch 16, 32 input features, state size 128.
+A step is the forward, then ``(new_h.sum() + new_cell.sum()).backward()``, as
+in the tutorial's benchmark. Every variant of a size runs in the same process,
+in interleaved rounds, so that the ratios hold even on a busy machine; on CUDA
+the device is synchronized before each clock read, so the times are of
+finished work. The defaults are the tutorial's sizes: batch 16, 32 input
+features, state size 128.
 
-Variants, the tutorial's three and the modern API:
+Variants:
 
-* ``python``: :func:`lltm.reference.lltm_reference`, differentiated by autograd;
-* ``aten``: the tutorial's ``torch.autograd.Function`` over the C++
-  implementation in ATen operations alone (``lltm._C._forward_aten``); the
-  tutorial's "C++ extension", and on CUDA its "C++ on the GPU" row. Timed on
-  CUDA only by default: on the CPU it is what ``kernels`` runs;
-* ``kernels``: the same Function over ``lltm._C.forward``/``backward``, which
-  reach the device's kernels through the dispatcher: the CPU kernels, or the
-  fused CUDA kernels (the tutorial's "custom CUDA kernels" row);
-* ``lltm``: :func:`lltm.lltm`, the dispatcher op with its
-  ``torch.library`` autograd formula.
+* ``python``: :func:`lltm.reference.lltm_reference`, eager PyTorch, what lltm replaces;
+* ``compile``: ``torch.compile`` of that reference;
+* ``lstmcell``: ``torch.nn.LSTMCell`` of the same batch, features and state,
+  the cell a user would otherwise pick;
+* ``floor``: the step's GEMMs alone (``X Wᵀ``, then ``dZᵀ X``, and ``dZ W``
+  with ``--grad all``), on preallocated outputs: what no LLTM can beat;
+* ``aten``: the tutorial's ``autograd.Function`` over its C++ extension in
+  ATen operations (``lltm._C._forward_aten``);
+* ``kernels``: the same Function over ``lltm._C.forward``/``backward``, the
+  tutorial's contract over lltm's fused kernels;
+* ``lltm``: :class:`lltm.LLTM`, the public module (autograd in C++);
+* ``lltm-compile``: ``torch.compile`` of :class:`lltm.LLTM`.
 
-Each timed iteration runs the forward, then ``(new_h.sum() + new_cell.sum())
-.backward()``, as the tutorial does; on CUDA the device is synchronized
-before each clock read, so the times are of finished work.
+``--grad params`` (the default, the tutorial's case) differentiates the
+weights and bias only; ``--grad all`` also the input and both states, as in an
+unrolled sequence. ``--sizes`` sweeps several sizes and ``--plot`` draws time
+against batch size (``pip install 'lltm[plot]'`` for matplotlib).
+``--launches`` counts the GPU operations of each variant's forward and
+backward with ``torch.profiler``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 import lltm
 from lltm import _C
 from lltm.reference import lltm_reference
 
-__all__ = ["Result", "main", "run"]
+__all__ = ["VARIANTS", "Problem", "Result", "main", "run"]
 
 DTYPES = {
     "float32": torch.float32,
@@ -49,13 +58,57 @@ DTYPES = {
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
 }
+VARIANTS = ("python", "compile", "lstmcell", "floor", "aten", "kernels", "lltm", "lltm-compile")
+GRAD_MODES = ("params", "all")
 
-Step = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+
+@dataclass(frozen=True)
+class Problem:
+    """One benchmark configuration."""
+
+    batch: int
+    features: int
+    state: int
+    dtype: torch.dtype
+    device: torch.device
+    grad: str = "params"
+
+    def label(self) -> str:
+        """The problem in words, for progress messages."""
+        dtype = str(self.dtype).removeprefix("torch.")
+        return (
+            f"batch {self.batch}, features {self.features}, state {self.state}, {dtype}, "
+            f"{self.device}, grad={self.grad}"
+        )
+
+
+@dataclass
+class Result:
+    """Per-iteration times of one variant on one problem, in microseconds."""
+
+    variant: str
+    batch: int
+    features: int
+    state: int
+    dtype: str
+    device: str
+    grad: str
+    forward_us: dict[str, float]
+    backward_us: dict[str, float]
+    step_us: dict[str, float]
+    runs: int
+    # Bytes kept alive for the backward beyond the inputs and parameters.
+    saved_bytes: int | None = None
+    # GPU operations (kernels, copies, memsets) per forward and backward.
+    launches: dict[str, int] | None = None
+    speedup: float | None = None  # python / variant, on the step medians
+    vs_floor: float | None = None  # variant / floor, on the step medians
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _tutorial_function(
     forward: Callable[..., list[Tensor]], backward: Callable[..., list[Tensor]]
-) -> Step:
+) -> Callable[..., tuple[Tensor, Tensor]]:
     """The tutorial's LLTMFunction over a forward/backward pair of lltm._C."""
 
     class LLTMFunction(torch.autograd.Function):
@@ -75,30 +128,128 @@ def _tutorial_function(
     return LLTMFunction.apply  # type: ignore[return-value]
 
 
-VARIANTS: dict[str, Step] = {
-    "python": lltm_reference,
-    "aten": _tutorial_function(_C._forward_aten, _C._backward_aten),
-    "kernels": _tutorial_function(_C.forward, _C.backward),
-    "lltm": lltm.lltm,
-}
+class _Case:
+    """One variant on one problem: its inputs, parameters and samples."""
 
+    def __init__(self, variant: str, p: Problem) -> None:
+        gen = torch.Generator(device="cpu").manual_seed(42)
 
-def _default_variants(device: torch.device) -> list[str]:
-    if device.type == "cpu":
-        return ["python", "kernels", "lltm"]
-    return list(VARIANTS)
+        def draw(*shape: int) -> Tensor:
+            t = torch.randn(*shape, generator=gen, dtype=p.dtype).to(p.device)
+            return t.requires_grad_(p.grad == "all")
 
+        self.variant = variant
+        self.device = p.device
+        self.x = draw(p.batch, p.features)
+        self.h = draw(p.batch, p.state)
+        self.c = draw(p.batch, p.state)
+        self.inputs = [self.x, self.h, self.c]
+        self.samples: dict[str, list[float]] = {"forward": [], "backward": [], "step": []}
+        self.module: nn.Module = lltm.LLTM(p.features, p.state).to(p.device, p.dtype)
+        self.forward: Callable[[], Any]
+        self.backward: Callable[[Any], None] = self._loss_backward
+        cell = self.module
+        if variant == "lstmcell":
+            self.module = nn.LSTMCell(p.features, p.state).to(p.device, p.dtype)
+            lstm = self.module
+            self.forward = lambda: lstm(self.x, (self.h, self.c))
+        elif variant == "floor":
+            self._setup_floor(p)
+        elif variant in ("lltm", "lltm-compile"):
+            step = cell if variant == "lltm" else torch.compile(cell, dynamic=False)
+            self.forward = lambda: step(self.x, (self.h, self.c))
+        else:
+            function = {
+                "python": lltm_reference,
+                "compile": torch.compile(lltm_reference, dynamic=False),
+                "aten": _tutorial_function(_C._forward_aten, _C._backward_aten),
+                "kernels": _tutorial_function(_C.forward, _C.backward),
+            }[variant]
+            self.forward = lambda: function(self.x, cell.weights, cell.bias, self.h, self.c)
 
-@dataclass
-class Result:
-    """Per-iteration times of one variant on one device, in microseconds."""
+    def _setup_floor(self, p: Problem) -> None:
+        w = self.module.weights.detach()
+        x_cat = torch.cat([self.h, self.x], dim=1).detach()
+        z = torch.empty(p.batch, 3 * p.state, device=p.device, dtype=p.dtype)
+        d_z = torch.randn_like(z)
+        d_w = torch.empty_like(w)
+        d_x = torch.empty_like(x_cat)
 
-    variant: str
-    device: str
-    forward_us: dict[str, float]
-    backward_us: dict[str, float]
-    forward_speedup: float | None = None
-    backward_speedup: float | None = None
+        def forward() -> None:
+            torch.mm(x_cat, w.t(), out=z)
+
+        def backward(_: Any) -> None:
+            torch.mm(d_z.t(), x_cat, out=d_w)
+            if p.grad == "all":
+                torch.mm(d_z, w, out=d_x)
+
+        self.forward = forward
+        self.backward = backward
+
+    @staticmethod
+    def _loss_backward(out: tuple[Tensor, Tensor]) -> None:
+        new_h, new_cell = out
+        (new_h.sum() + new_cell.sum()).backward()
+
+    def _zero_grad(self) -> None:
+        for t in [*self.module.parameters(), *self.inputs]:
+            t.grad = None
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def iterate(self, n: int, *, record: bool = True) -> None:
+        for _ in range(n):
+            self._zero_grad()
+            self._sync()
+            t0 = time.perf_counter()
+            out = self.forward()
+            self._sync()
+            t1 = time.perf_counter()
+            self.backward(out)
+            self._sync()
+            t2 = time.perf_counter()
+            if record:
+                self.samples["forward"].append(t1 - t0)
+                self.samples["backward"].append(t2 - t1)
+                self.samples["step"].append(t2 - t0)
+
+    def saved_bytes(self) -> int | None:
+        """Bytes the forward keeps alive for the backward, beyond inputs and parameters."""
+        if self.variant == "floor":
+            return None
+        known = {t.untyped_storage().data_ptr() for t in [*self.module.parameters(), *self.inputs]}
+        storages: dict[int, int] = {}
+
+        def pack(t: Tensor) -> Tensor:
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in known:
+                storages[storage.data_ptr()] = storage.nbytes()
+            return t
+
+        self._zero_grad()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = self.forward()
+        self.backward(out)
+        return sum(storages.values())
+
+    def launches(self) -> dict[str, int]:
+        """GPU operations (kernels, memcpys, memsets) of one forward and one backward."""
+        from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+        def count(fn: Callable[[], Any]) -> tuple[int, Any]:
+            self._sync()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                result = fn()
+                self._sync()
+            events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            return len(events), result
+
+        self._zero_grad()
+        n_forward, out = count(self.forward)
+        n_backward, _ = count(lambda: self.backward(out))
+        return {"forward": n_forward, "backward": n_backward}
 
 
 def _summary(samples: Sequence[float]) -> dict[str, float]:
@@ -106,45 +257,72 @@ def _summary(samples: Sequence[float]) -> dict[str, float]:
     return {"median": statistics.median(us), "min": min(us), "mean": statistics.fmean(us)}
 
 
-class _Case:
-    """One variant on one device: its parameters, inputs and samples so far."""
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)  # noqa: T201
 
-    def __init__(
-        self, step: Step, device: torch.device, args: argparse.Namespace, dtype: torch.dtype
-    ) -> None:
-        gen = torch.Generator(device="cpu").manual_seed(42)
-        self.step = step
-        self.device = device
-        self.cell = lltm.LLTM(args.features, args.state_size).to(device=device, dtype=dtype)
 
-        def draw(*shape: int) -> Tensor:
-            return torch.randn(*shape, generator=gen, dtype=dtype).to(device)
+def _auto_runs(cases: Sequence[_Case], seconds: float, cap: int) -> int:
+    """Iterations per variant so that the slowest one takes about `seconds`."""
+    probe = 3
+    slowest = 0.0
+    for case in cases:
+        start = time.perf_counter()
+        case.iterate(probe, record=False)
+        slowest = max(slowest, (time.perf_counter() - start) / probe)
+    return max(10, min(cap, math.ceil(seconds / max(slowest, 1e-9))))
 
-        self.x = draw(args.batch_size, args.features)
-        self.h = draw(args.batch_size, args.state_size)
-        self.c = draw(args.batch_size, args.state_size)
-        self.forward: list[float] = []
-        self.backward: list[float] = []
 
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-    def iterate(self, n: int, *, record: bool = True) -> None:
-        cell = self.cell
-        for _ in range(n):
-            cell.weights.grad = cell.bias.grad = None
-            self._sync()
-            t0 = time.perf_counter()
-            new_h, new_cell = self.step(self.x, cell.weights, cell.bias, self.h, self.c)
-            self._sync()
-            t1 = time.perf_counter()
-            (new_h.sum() + new_cell.sum()).backward()
-            self._sync()
-            t2 = time.perf_counter()
-            if record:
-                self.forward.append(t1 - t0)
-                self.backward.append(t2 - t1)
+def run_problem(p: Problem, variants: Sequence[str], args: argparse.Namespace) -> list[Result]:
+    """Time the variants on one problem, interleaved in rounds."""
+    if any(name.endswith("compile") for name in variants):
+        # A fresh cache per problem: a sweep would otherwise hit the
+        # recompilation limit, and torch.compile would fall back to eager.
+        torch.compiler.reset()
+    cases = []
+    for name in variants:
+        _progress(f"{p.label()}: setting up {name}")
+        cases.append(_Case(name, p))
+    for case in cases:
+        if case.variant.endswith("compile"):
+            _progress(f"{p.label()}: compiling {case.variant} (the first calls)")
+        case.iterate(args.warmup, record=False)
+    runs = args.runs or _auto_runs(cases, args.seconds, cap=args.max_runs)
+    rounds = min(args.rounds, runs)
+    start = time.perf_counter()
+    for r in range(rounds):
+        n = runs // rounds + (1 if r < runs % rounds else 0)
+        for case in cases:
+            case.iterate(n)
+        _progress(
+            f"{p.label()}: round {r + 1}/{rounds} of {runs} runs "
+            f"({time.perf_counter() - start:.1f} s)"
+        )
+    results = []
+    for case in cases:
+        result = Result(
+            variant=case.variant,
+            batch=p.batch,
+            features=p.features,
+            state=p.state,
+            dtype=str(p.dtype).removeprefix("torch."),
+            device=str(p.device),
+            grad=p.grad,
+            forward_us=_summary(case.samples["forward"]),
+            backward_us=_summary(case.samples["backward"]),
+            step_us=_summary(case.samples["step"]),
+            runs=runs,
+            saved_bytes=case.saved_bytes(),
+        )
+        if args.launches and p.device.type == "cuda":
+            result.launches = case.launches()
+        results.append(result)
+    by_name = {r.variant: r for r in results}
+    for r in results:
+        if "python" in by_name:
+            r.speedup = by_name["python"].step_us["median"] / r.step_us["median"]
+        if "floor" in by_name:
+            r.vs_floor = r.step_us["median"] / by_name["floor"].step_us["median"]
+    return results
 
 
 def _devices(spec: str) -> list[torch.device]:
@@ -165,77 +343,106 @@ def _devices(spec: str) -> list[torch.device]:
 
 
 def run(args: argparse.Namespace) -> list[Result]:
-    """Time every variant on every device that ``args.device`` selects.
-
-    The variants of a device take turns, in rounds of ``runs / rounds``
-    iterations, so that a change in machine load affects them alike and the
-    speedups stay comparable.
-    """
-    dtype = DTYPES[args.dtype]
+    """Time every variant on every device and size that ``args`` selects."""
     results = []
     for device in _devices(args.device):
-        names = args.variants or _default_variants(device)
-        cases = {name: _Case(VARIANTS[name], device, args, dtype) for name in names}
-        for case in cases.values():
-            case.iterate(args.warmup, record=False)
-        rounds = min(args.rounds, args.runs)
-        start = time.perf_counter()
-        for r in range(rounds):
-            n = args.runs // rounds + (1 if r < args.runs % rounds else 0)
-            for case in cases.values():
-                case.iterate(n)
-            print(  # noqa: T201
-                f"{device}: round {r + 1}/{rounds} of {', '.join(cases)} "
-                f"({time.perf_counter() - start:.1f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
-        device_results = {
-            name: Result(name, str(device), _summary(case.forward), _summary(case.backward))
-            for name, case in cases.items()
-        }
-        base = device_results.get("python")
-        for result in device_results.values():
-            if base is not None:
-                result.forward_speedup = base.forward_us["median"] / result.forward_us["median"]
-                result.backward_speedup = base.backward_us["median"] / result.backward_us["median"]
-            results.append(result)
+        for batch, features, state in args.sizes:
+            p = Problem(batch, features, state, DTYPES[args.dtype], device, args.grad)
+            results.extend(run_problem(p, args.variants, args))
     return results
 
 
 def format_table(results: Sequence[Result]) -> str:
-    """Render results as a fixed-width table (median and min per iteration, in µs)."""
+    """Render results as fixed-width tables, one per problem (times in µs)."""
     header = (
-        f"{'variant':<14}{'device':<8}{'fwd med':>10}{'fwd min':>10}{'speedup':>9}"
-        f"{'bwd med':>10}{'bwd min':>10}{'speedup':>9}"
+        f"{'variant':<14}{'fwd':>10}{'bwd':>10}{'fwd+bwd':>10}{'(min)':>10}"
+        f"{'speedup':>9}{'x floor':>9}{'saved KB':>10}"
     )
-    lines = [header, "-" * len(header)]
+    with_launches = any(r.launches for r in results)
+    if with_launches:
+        header += f"{'launches':>10}"
+    blocks: dict[tuple[Any, ...], list[Result]] = {}
+    for r in results:
+        blocks.setdefault((r.device, r.batch, r.features, r.state, r.dtype, r.grad), []).append(r)
 
-    def speedup(value: float | None) -> str:
+    def ratio(value: float | None) -> str:
         return f"{value:.2f}x" if value is not None else "-"
 
-    for r in results:
-        lines.append(
-            f"{r.variant:<14}{r.device:<8}"
-            f"{r.forward_us['median']:>10.1f}{r.forward_us['min']:>10.1f}"
-            f"{speedup(r.forward_speedup):>9}"
-            f"{r.backward_us['median']:>10.1f}{r.backward_us['min']:>10.1f}"
-            f"{speedup(r.backward_speedup):>9}"
+    lines = []
+    for (device, batch, features, state, dtype, grad), rows in blocks.items():
+        title = (
+            f"{device}: batch {batch}, features {features}, state {state}, {dtype}, "
+            f"grad={grad}, {rows[0].runs} runs"
         )
+        lines += [
+            title,
+            header,
+            "-" * len(header),
+        ]
+        for r in rows:
+            saved = f"{r.saved_bytes / 1024:.1f}" if r.saved_bytes is not None else "-"
+            line = (
+                f"{r.variant:<14}{r.forward_us['median']:>10.1f}{r.backward_us['median']:>10.1f}"
+                f"{r.step_us['median']:>10.1f}{r.step_us['min']:>10.1f}"
+                f"{ratio(r.speedup):>9}{ratio(r.vs_floor):>9}{saved:>10}"
+            )
+            if with_launches:
+                launches = (
+                    f"{r.launches['forward']}+{r.launches['backward']}" if r.launches else "-"
+                )
+                line += f"{launches:>10}"
+            lines.append(line)
+        lines.append("")
     return "\n".join(lines)
+
+
+def plot(results: Sequence[Result], path: str) -> None:
+    """Step time against batch size, one line per variant, one panel per problem shape."""
+    try:
+        import matplotlib as mpl  # noqa: PLC0415
+
+        mpl.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError as exc:
+        msg = f"--plot needs matplotlib: pip install 'lltm[plot]' ({exc})"
+        raise SystemExit(msg) from exc
+    panels: dict[tuple[Any, ...], dict[str, list[tuple[int, float]]]] = {}
+    for r in results:
+        key = (r.device, r.features, r.state, r.dtype, r.grad)
+        panels.setdefault(key, {}).setdefault(r.variant, []).append((r.batch, r.step_us["median"]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    for ax, ((device, features, state, dtype, grad), lines) in zip(
+        axes[0], panels.items(), strict=True
+    ):
+        for variant, points in lines.items():
+            batches, times = zip(*sorted(points), strict=True)
+            ax.plot(batches, times, marker="o", label=variant)
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="batch size",
+            ylabel="forward + backward, µs (median)",
+            title=f"{device}, F={features}, S={state}, {dtype}, grad={grad}",
+        )
+        ax.grid(visible=True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    _progress(f"wrote {path}")
 
 
 def _config(args: argparse.Namespace) -> dict[str, Any]:
     return {
-        "batch_size": args.batch_size,
-        "features": args.features,
-        "state_size": args.state_size,
+        "sizes": [list(s) for s in args.sizes],
         "dtype": args.dtype,
+        "grad": args.grad,
         "runs": args.runs,
         "warmup": args.warmup,
         "rounds": args.rounds,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "lltm": lltm.build_info(),
     }
@@ -257,15 +464,46 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _sizes(text: str) -> list[tuple[int, int, int]]:
+    sizes = []
+    for item in text.split(","):
+        try:
+            batch, features, state = (int(v) for v in item.lower().split("x"))
+        except ValueError:
+            msg = f"expected BATCHxFEATURESxSTATE[,...], e.g. 16x32x128,4096x32x128; got {item!r}"
+            raise argparse.ArgumentTypeError(msg) from None
+        if min(batch, features, state) < 1:
+            msg = f"sizes must be at least 1, got {item!r}"
+            raise argparse.ArgumentTypeError(msg)
+        sizes.append((batch, features, state))
+    return sizes
+
+
+def _variants(text: str) -> list[str]:
+    names = text.split(",")
+    unknown = [v for v in names if v not in VARIANTS]
+    if unknown:
+        msg = f"unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}"
+        raise argparse.ArgumentTypeError(msg)
+    return names
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse the command line."""
     parser = argparse.ArgumentParser(
         prog="python -m lltm.benchmark",
-        description="Time the LLTM forward and backward: Python reference against lltm.",
+        description="Time the LLTM training step: lltm against eager PyTorch, torch.compile, "
+        "nn.LSTMCell and the GEMM floor.",
     )
     parser.add_argument("-b", "--batch-size", type=_positive, default=16)
     parser.add_argument("-f", "--features", type=_positive, default=32)
     parser.add_argument("-s", "--state-size", type=_positive, default=128)
+    parser.add_argument(
+        "--sizes",
+        type=_sizes,
+        default=None,
+        help="a sweep: BATCHxFEATURESxSTATE[,...] (instead of -b/-f/-s)",
+    )
     parser.add_argument(
         "-d",
         "--device",
@@ -273,27 +511,46 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="cpu, cuda, cuda:1, a comma-separated list, or auto (every available backend)",
     )
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
-    parser.add_argument("-r", "--runs", type=_positive, default=1000, help="timed iterations")
+    parser.add_argument(
+        "--grad",
+        choices=GRAD_MODES,
+        default="params",
+        help="params: weights and bias need grad (the tutorial's case); all: input and states too",
+    )
+    parser.add_argument(
+        "-r", "--runs", type=_positive, default=None, help="timed iterations (default: --seconds)"
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=2.0,
+        help="without --runs, time each variant for about this long per size",
+    )
+    parser.add_argument("--max-runs", type=_positive, default=1000, help=argparse.SUPPRESS)
     parser.add_argument("--warmup", type=_non_negative, default=20, help="untimed iterations")
     parser.add_argument(
         "--rounds", type=_positive, default=10, help="the variants take turns this many times"
     )
     parser.add_argument(
         "--variants",
-        type=lambda s: s.split(","),
-        default=None,
-        help=f"comma-separated subset of {','.join(VARIANTS)} "
-        "(default: all; on the CPU, aten is left out as it is what kernels runs)",
+        type=_variants,
+        default=list(VARIANTS),
+        help=f"comma-separated subset of {','.join(VARIANTS)} (default: all)",
     )
+    parser.add_argument(
+        "--launches",
+        action="store_true",
+        help="count the GPU operations of each variant's forward and backward (CUDA)",
+    )
+    parser.add_argument("--plot", metavar="PNG", help="draw step time against batch size")
     parser.add_argument(
         "--json",
         metavar="PATH",
         help="also write the results as JSON to PATH ('-' prints JSON instead of the table)",
     )
     args = parser.parse_args(argv)
-    unknown = [v for v in args.variants or [] if v not in VARIANTS]
-    if unknown:
-        parser.error(f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    if args.sizes is None:
+        args.sizes = [(args.batch_size, args.features, args.state_size)]
     return args
 
 
@@ -302,19 +559,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     results = run(args)
     report = {"config": _config(args), "results": [asdict(r) for r in results]}
+    if args.plot:
+        plot(results, args.plot)
     if args.json == "-":
         print(json.dumps(report, indent=2))  # noqa: T201
         return
     if args.json:
-        with open(args.json, "w") as f:  # noqa: PTH123
-            json.dump(report, f, indent=2)
+        Path(args.json).write_text(json.dumps(report, indent=2))
     config = report["config"]
     print(  # noqa: T201
-        f"LLTM step: batch {config['batch_size']}, features {config['features']}, "
-        f"state {config['state_size']}, {config['dtype']}; torch {config['torch']}, "
-        f"{config['threads']} threads{', ' + config['gpu'] if config['gpu'] else ''}\n"
-        f"microseconds per iteration over {config['runs']} runs; speedup = python / variant "
-        "(medians)\n"
+        f"LLTM training step: forward, then (new_h.sum() + new_cell.sum()).backward(); "
+        f"torch {config['torch']}, {config['threads']} threads"
+        f"{', ' + config['gpu'] if config['gpu'] else ''}, TF32 "
+        f"{'on' if config['allow_tf32'] else 'off'}\n"
+        "microseconds per iteration (medians); speedup = python / variant, "
+        "x floor = variant / floor, on fwd+bwd\n"
     )
     print(format_table(results))  # noqa: T201
 
