@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .ops import lltm
+from .ops import _cell
 
 __all__ = ["LLTM"]
 
@@ -53,7 +53,7 @@ class LLTM(nn.Module):
     def forward(self, input: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:  # noqa: A002
         """Advance the cell one step: returns ``(new_h, new_cell)``."""
         old_h, old_cell = state
-        return lltm(input, self.weights, self.bias, old_h, old_cell)
+        return _cell(input, self.weights, self.bias, old_h, old_cell)
 
     def extra_repr(self) -> str:
         """The sizes, shown by ``repr``."""
