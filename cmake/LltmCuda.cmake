@@ -114,7 +114,7 @@ function(lltm_add_cuda_kernels target)
     endif()
   endforeach()
 
-  add_library(lltm_cuda_kernels STATIC cuda/lltm_kernel.cu)
+  add_library(lltm_cuda_kernels STATIC cuda/lltm_kernel.cu cuda/lltm_small.cu)
   set_target_properties(
     lltm_cuda_kernels
     PROPERTIES CUDA_ARCHITECTURES "${_archs}"

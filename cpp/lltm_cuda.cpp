@@ -1,7 +1,10 @@
 // LLTM on CUDA: the kernels of every lltm op for the CUDA dispatch key, a
 // C++ layer over the kernel library in cuda/ (which states the math).
 //
-// Each op is cuBLAS GEMMs through ATen around one fused pointwise kernel:
+// Each op is cuBLAS GEMMs through ATen around one fused pointwise kernel,
+// except for small problems (cuda::use_small_path), where the GEMMs run in
+// lltm's own kernels: the forward is then one kernel, and the backward's
+// GEMMs one more (cuda/lltm_small.cu says why):
 //
 //   cell           Z = old_h W_h^T + input W_x^T (2 GEMMs), pointwise:
 //                  3 launches
@@ -93,28 +96,117 @@ struct ForwardTensors {
   bool write_z_with_bias = false;
 };
 
+template <typename scalar_t>
+cuda::ForwardArgs<kernel_t<scalar_t>> forward_args(
+    const ForwardTensors& t,
+    const at::Tensor& bias,
+    const at::Tensor& old_cell) {
+  cuda::ForwardArgs<kernel_t<scalar_t>> args{};
+  args.z = t.z.defined() ? in<scalar_t>(t.z) : nullptr;
+  args.ld_z = t.z.defined() ? t.z.stride(0) : 0;
+  args.bias = in<scalar_t>(bias);
+  args.old_cell = in<scalar_t>(old_cell);
+  args.new_h = out<scalar_t>(t.new_h);
+  args.new_cell = out<scalar_t>(t.new_cell);
+  args.input_gate = out_or_null<scalar_t>(t.input_gate);
+  args.output_gate = out_or_null<scalar_t>(t.output_gate);
+  args.candidate_cell = out_or_null<scalar_t>(t.candidate_cell);
+  args.ld_act = t.input_gate != nullptr ? t.input_gate->stride(0) : 0;
+  args.z_with_bias = t.write_z_with_bias ? out<scalar_t>(t.z) : nullptr;
+  args.batch = t.new_h.size(0);
+  args.state = t.new_h.size(1);
+  return args;
+}
+
+// The pointwise pass over the pre-activations in t.z, which the GEMMs wrote.
 void pointwise_forward(const ForwardTensors& t) {
   const at::Tensor bias = t.bias.contiguous();
   const at::Tensor old_cell = t.old_cell.contiguous();
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, t.z.scalar_type(), "lltm_forward_cuda", [&] {
-        cuda::ForwardArgs<kernel_t<scalar_t>> args{};
-        args.z = in<scalar_t>(t.z);
-        args.ld_z = t.z.stride(0);
-        args.bias = in<scalar_t>(bias);
-        args.old_cell = in<scalar_t>(old_cell);
-        args.new_h = out<scalar_t>(t.new_h);
-        args.new_cell = out<scalar_t>(t.new_cell);
-        args.input_gate = out_or_null<scalar_t>(t.input_gate);
-        args.output_gate = out_or_null<scalar_t>(t.output_gate);
-        args.candidate_cell = out_or_null<scalar_t>(t.candidate_cell);
-        args.ld_act = t.input_gate != nullptr ? t.input_gate->stride(0) : 0;
-        args.z_with_bias = t.write_z_with_bias ? out<scalar_t>(t.z) : nullptr;
-        args.batch = t.new_h.size(0);
-        args.state = t.new_h.size(1);
-        C10_CUDA_CHECK(cuda::launch_forward(args, stream));
+        C10_CUDA_CHECK(
+            cuda::launch_forward(
+                forward_args<scalar_t>(t, bias, old_cell), stream));
       });
+}
+
+// The whole forward in one kernel (small problems): t.z is only written, as
+// the activations or as Z + b, and X when given.
+void small_forward(
+    const ForwardTensors& t,
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& old_h,
+    const std::optional<at::Tensor>& X) {
+  const at::Tensor bias = t.bias.contiguous();
+  const at::Tensor old_cell = t.old_cell.contiguous();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf,
+      at::kBFloat16,
+      t.new_h.scalar_type(),
+      "lltm_small_forward",
+      [&] {
+        cuda::SmallForwardArgs<kernel_t<scalar_t>> args{};
+        args.old_h = strided<scalar_t>(old_h);
+        args.input = strided<scalar_t>(input);
+        args.weights = strided<scalar_t>(weights);
+        args.cell = forward_args<scalar_t>(t, bias, old_cell);
+        args.cell.z = nullptr;
+        args.X = X ? out<scalar_t>(*X) : nullptr;
+        args.input_features = input.size(1);
+        C10_CUDA_CHECK(cuda::launch_small_forward(args, stream));
+      });
+}
+
+// The GEMMs of the backward: one small kernel, or cuBLAS.
+void gemms_backward(
+    const at::Tensor& d_gates,
+    const std::optional<at::Tensor>& X,
+    const at::Tensor& weights,
+    const OutputMask& mask,
+    CellBackwardResult& result) {
+  const int64_t B = d_gates.size(0);
+  const int64_t S = d_gates.size(1) / 3;
+  const int64_t F = weights.size(1) - S;
+  if (!cuda::use_small_path(B, F, S)) {
+    backward_gemms(d_gates, X, weights, mask, result);
+    return;
+  }
+  const auto options = d_gates.options();
+  at::Tensor d_weights =
+      mask[1] ? at::empty({3 * S, S + F}, options) : at::Tensor();
+  at::Tensor d_old_h = mask[3] ? at::empty({B, S}, options) : at::Tensor();
+  at::Tensor d_input = mask[0] ? at::empty({B, F}, options) : at::Tensor();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf,
+      at::kBFloat16,
+      d_gates.scalar_type(),
+      "lltm_small_backward",
+      [&] {
+        cuda::SmallBackwardArgs<kernel_t<scalar_t>> args{};
+        args.d_gates = in<scalar_t>(d_gates);
+        args.X = mask[1] ? in<scalar_t>(*X) : nullptr;
+        args.weights = strided<scalar_t>(weights);
+        args.d_weights = mask[1] ? out<scalar_t>(d_weights) : nullptr;
+        args.d_old_h = mask[3] ? out<scalar_t>(d_old_h) : nullptr;
+        args.d_input = mask[0] ? out<scalar_t>(d_input) : nullptr;
+        args.batch = B;
+        args.input_features = F;
+        args.state = S;
+        C10_CUDA_CHECK(cuda::launch_small_backward_gemms(args, stream));
+      });
+  if (mask[1]) {
+    std::get<1>(result) = std::move(d_weights);
+  }
+  if (mask[3]) {
+    std::get<3>(result) = std::move(d_old_h);
+  }
+  if (mask[0]) {
+    std::get<0>(result) = std::move(d_input);
+  }
 }
 
 // The pointwise backward: dZ into d_gates, dc into d_old_cell when given,
@@ -183,10 +275,16 @@ CellResult cell_cuda(
   const int64_t S = sizes.state_size;
   const c10::cuda::CUDAGuard device_guard(input.device());
   const auto options = old_cell.options();
-  at::Tensor z = at::empty({B, 3 * S}, options);
-  gate_preactivations(z, input, weights, old_h, std::nullopt);
   at::Tensor new_h = at::empty({B, S}, options);
   at::Tensor new_cell = at::empty({B, S}, options);
+  if (cuda::use_small_path(B, sizes.input_features, S)) {
+    const at::Tensor none;
+    small_forward(
+        {none, bias, old_cell, new_h, new_cell}, input, weights, old_h, {});
+    return {new_h, new_cell};
+  }
+  at::Tensor z = at::empty({B, 3 * S}, options);
+  gate_preactivations(z, input, weights, old_h, std::nullopt);
   pointwise_forward({z, bias, old_cell, new_h, new_cell});
   return {new_h, new_cell};
 }
@@ -204,19 +302,27 @@ CellForwardResult cell_forward_cuda(
   const int64_t S = sizes.state_size;
   const c10::cuda::CUDAGuard device_guard(input.device());
   const auto options = old_cell.options();
-  std::optional<at::Tensor> X;
-  if (save_X) {
-    X = at::cat({old_h, input}, /*dim=*/1);
-  }
   // Z, then the activations over it: gates = [i | o | g].
   at::Tensor gates = at::empty({B, 3 * S}, options);
-  gate_preactivations(gates, input, weights, old_h, X);
   at::Tensor new_h = at::empty({B, S}, options);
   at::Tensor new_cell = at::empty({B, S}, options);
   const at::Tensor i = gates.narrow(1, 0, S);
   const at::Tensor o = gates.narrow(1, S, S);
   const at::Tensor g = gates.narrow(1, 2 * S, S);
-  pointwise_forward({gates, bias, old_cell, new_h, new_cell, &i, &o, &g});
+  const ForwardTensors t{gates, bias, old_cell, new_h, new_cell, &i, &o, &g};
+  std::optional<at::Tensor> X;
+  if (cuda::use_small_path(B, sizes.input_features, S)) {
+    if (save_X) {
+      X = at::empty({B, S + sizes.input_features}, options);
+    }
+    small_forward(t, input, weights, old_h, X);
+    return {new_h, new_cell, gates, X};
+  }
+  if (save_X) {
+    X = at::cat({old_h, input}, /*dim=*/1);
+  }
+  gate_preactivations(gates, input, weights, old_h, X);
+  pointwise_forward(t);
   return {new_h, new_cell, gates, X};
 }
 
@@ -258,7 +364,7 @@ CellBackwardResult cell_backward_cuda(
   if (mask[4]) {
     std::get<4>(result) = std::move(d_old_cell);
   }
-  backward_gemms(d_gates, X, weights, mask, result);
+  gemms_backward(d_gates, X, weights, mask, result);
   return result;
 }
 
@@ -273,9 +379,13 @@ ForwardResult forward_cuda(
   const int64_t S = sizes.state_size;
   const c10::cuda::CUDAGuard device_guard(input.device());
   const auto options = old_cell.options();
-  at::Tensor X = at::cat({old_h, input}, /*dim=*/1);
+  const bool small = cuda::use_small_path(B, sizes.input_features, S);
+  at::Tensor X = small ? at::empty({B, S + sizes.input_features}, options)
+                       : at::cat({old_h, input}, /*dim=*/1);
   at::Tensor gate_weights = at::empty({B, 3 * S}, options);
-  gate_preactivations(gate_weights, input, weights, old_h, X);
+  if (!small) {
+    gate_preactivations(gate_weights, input, weights, old_h, X);
+  }
   at::Tensor new_h = at::empty({B, S}, options);
   at::Tensor new_cell = at::empty({B, S}, options);
   at::Tensor input_gate = at::empty({B, S}, options);
@@ -286,7 +396,11 @@ ForwardResult forward_cuda(
   t.output_gate = &output_gate;
   t.candidate_cell = &candidate_cell;
   t.write_z_with_bias = true;
-  pointwise_forward(t);
+  if (small) {
+    small_forward(t, input, weights, old_h, X);
+  } else {
+    pointwise_forward(t);
+  }
   return {
       new_h,
       new_cell,
@@ -334,7 +448,7 @@ BackwardResult backward_cuda(
       &d_old_cell,
       /*want_bias=*/true);
   CellBackwardResult gemms;
-  backward_gemms(d_gates, X, weights, {true, true, false, true, false}, gemms);
+  gemms_backward(d_gates, X, weights, {true, true, false, true, false}, gemms);
   return {
       *std::get<3>(gemms),
       *std::get<0>(gemms),

@@ -86,4 +86,51 @@ cudaError_t launch_backward(
     void* workspace,
     cudaStream_t stream);
 
+// The small-problem path (lltm_small.cu): when the GEMMs are tiny, a cuBLAS
+// call costs more in launch overhead and poorly chosen kernels (tens of
+// microseconds for a few MFLOP) than the math. These kernels do the GEMMs
+// themselves, in the accumulation type (float for 16-bit types, never TF32).
+
+// Whether the small path suits a problem of these sizes.
+bool use_small_path(int64_t batch, int64_t input_features, int64_t state);
+
+// The whole forward in one kernel: Z = [old_h | input] W^T read in place,
+// then the pointwise pass of launch_forward, whose output pointers `cell`
+// gives (cell.z and cell.ld_z are ignored, but for cell.z_with_bias, which
+// has row stride ld_z). Writes X = [old_h | input] too when X != nullptr.
+template <typename T>
+struct SmallForwardArgs {
+  Strided<T> old_h; // [batch, state]
+  Strided<T> input; // [batch, input_features]
+  Strided<T> weights; // [3 * state, state + input_features]
+  ForwardArgs<T> cell;
+  T* X; // [batch, state + input_features], dense, or nullptr
+  int64_t input_features;
+};
+
+template <typename T>
+cudaError_t launch_small_forward(
+    const SmallForwardArgs<T>& args,
+    cudaStream_t stream);
+
+// The backward's GEMMs in one kernel, each output only when its pointer is
+// set: d_weights = dZ^T X, d_old_h = dZ W_h, d_input = dZ W_x.
+template <typename T>
+struct SmallBackwardArgs {
+  const T* d_gates; // [batch, 3 * state], dense
+  const T* X; // [batch, state + input_features], dense; for d_weights
+  Strided<T> weights; // [3 * state, state + input_features]
+  T* d_weights; // [3 * state, state + input_features], dense, or nullptr
+  T* d_old_h; // [batch, state], dense, or nullptr
+  T* d_input; // [batch, input_features], dense, or nullptr
+  int64_t batch;
+  int64_t input_features;
+  int64_t state;
+};
+
+template <typename T>
+cudaError_t launch_small_backward_gemms(
+    const SmallBackwardArgs<T>& args,
+    cudaStream_t stream);
+
 } // namespace lltm::cuda

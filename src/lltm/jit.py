@@ -49,7 +49,7 @@ CPU_SOURCES = (
     "cpp/lltm_aten.cpp",
     "cpp/lltm_cpu.cpp",
 )
-CUDA_SOURCES = ("cpp/lltm_cuda.cpp", "cuda/lltm_kernel.cu")
+CUDA_SOURCES = ("cpp/lltm_cuda.cpp", "cuda/lltm_kernel.cu", "cuda/lltm_small.cu")
 CPU_KERNEL_SOURCES = (
     "cpp/lltm_cpu_kernel_default.cpp",
     "cpp/lltm_cpu_kernel_avx2.cpp",
