@@ -128,9 +128,12 @@ struct ForwardTensors {
   const at::Tensor& old_cell;
   at::Tensor& new_h;
   at::Tensor& new_cell;
-  at::Tensor* input_gate = nullptr; // with output_gate and candidate_cell
-  at::Tensor* output_gate = nullptr;
-  at::Tensor* candidate_cell = nullptr;
+  // The activations: three [batch, state] tensors, or all three packed as
+  // [i | o | g] in input_gate ([batch, 3 * state]) with the others nullptr.
+  // Raw offsets rather than views: a view costs a dispatcher call.
+  const at::Tensor* input_gate = nullptr;
+  const at::Tensor* output_gate = nullptr;
+  const at::Tensor* candidate_cell = nullptr;
   bool write_z_with_bias = false;
 };
 
@@ -150,9 +153,14 @@ void pointwise_forward(const ForwardTensors& t) {
         args.new_h = t.new_h.mutable_data_ptr<scalar_t>();
         args.new_cell = t.new_cell.mutable_data_ptr<scalar_t>();
         if (t.input_gate != nullptr) {
-          args.input_gate = t.input_gate->mutable_data_ptr<scalar_t>();
-          args.output_gate = t.output_gate->mutable_data_ptr<scalar_t>();
-          args.candidate_cell = t.candidate_cell->mutable_data_ptr<scalar_t>();
+          scalar_t* i = t.input_gate->mutable_data_ptr<scalar_t>();
+          const bool packed = t.output_gate == nullptr;
+          args.input_gate = i;
+          args.output_gate =
+              packed ? i + S : t.output_gate->mutable_data_ptr<scalar_t>();
+          args.candidate_cell = packed
+              ? i + 2 * S
+              : t.candidate_cell->mutable_data_ptr<scalar_t>();
           args.ld_act = t.input_gate->stride(0);
         }
         if (t.write_z_with_bias) {
@@ -203,22 +211,20 @@ CellForwardResult cell_forward_cpu(
   gate_preactivations(gates, input, weights, old_h, X);
   at::Tensor new_h = at::empty({B, S}, options);
   at::Tensor new_cell = at::empty({B, S}, options);
-  at::Tensor i = gates.narrow(1, 0, S);
-  at::Tensor o = gates.narrow(1, S, S);
-  at::Tensor g = gates.narrow(1, 2 * S, S);
-  pointwise_forward({gates, bias, old_cell, new_h, new_cell, &i, &o, &g});
+  pointwise_forward({gates, bias, old_cell, new_h, new_cell, &gates});
   return {new_h, new_cell, gates, X};
 }
 
 // The pointwise backward: dZ into d_gates, dc into d_old_cell if defined,
-// and d_bias when asked for.
+// and d_bias when asked for. The activations are three dense [batch, state]
+// tensors, or packed as [i | o | g] in input_gate with the others nullptr.
 at::Tensor pointwise_backward(
     const std::optional<at::Tensor>& grad_h,
     const std::optional<at::Tensor>& grad_cell,
     const at::Tensor& new_cell,
     const at::Tensor& input_gate,
-    const at::Tensor& output_gate,
-    const at::Tensor& candidate_cell,
+    const at::Tensor* output_gate,
+    const at::Tensor* candidate_cell,
     at::Tensor& d_gates,
     at::Tensor* d_old_cell,
     bool want_bias) {
@@ -237,8 +243,12 @@ at::Tensor pointwise_backward(
         args.grad_cell = strided<scalar_t>(grad_cell);
         args.new_cell = new_cell_c.const_data_ptr<scalar_t>();
         args.input_gate = input_gate.const_data_ptr<scalar_t>();
-        args.output_gate = output_gate.const_data_ptr<scalar_t>();
-        args.candidate_cell = candidate_cell.const_data_ptr<scalar_t>();
+        args.output_gate = output_gate != nullptr
+            ? output_gate->const_data_ptr<scalar_t>()
+            : args.input_gate + S;
+        args.candidate_cell = candidate_cell != nullptr
+            ? candidate_cell->const_data_ptr<scalar_t>()
+            : args.input_gate + 2 * S;
         args.ld_act = input_gate.stride(0);
         args.d_gates = d_gates.mutable_data_ptr<scalar_t>();
         args.d_old_cell = d_old_cell != nullptr
@@ -275,9 +285,9 @@ CellBackwardResult cell_backward_cpu(
       grad_h,
       grad_cell,
       new_cell,
-      gates_c.narrow(1, 0, S),
-      gates_c.narrow(1, S, S),
-      gates_c.narrow(1, 2 * S, S),
+      gates_c,
+      nullptr,
+      nullptr,
       d_gates,
       mask[4] ? &d_old_cell : nullptr,
       mask[2]);
@@ -350,13 +360,15 @@ BackwardResult backward_cpu(
   const auto options = grad_h.options();
   at::Tensor d_gates = at::empty({B, 3 * S}, options);
   at::Tensor d_old_cell = at::empty({B, S}, options);
+  const at::Tensor output_c = output_gate.contiguous();
+  const at::Tensor candidate_c = candidate_cell.contiguous();
   at::Tensor d_bias = pointwise_backward(
       grad_h,
       grad_cell,
       new_cell,
       input_gate.contiguous(),
-      output_gate.contiguous(),
-      candidate_cell.contiguous(),
+      &output_c,
+      &candidate_c,
       d_gates,
       &d_old_cell,
       /*want_bias=*/true);

@@ -90,7 +90,10 @@ struct ForwardTensors {
   const at::Tensor& old_cell;
   at::Tensor& new_h;
   at::Tensor& new_cell;
-  const at::Tensor* input_gate = nullptr; // with output_gate, candidate_cell
+  // The activations: three [batch, state] tensors, or all three packed as
+  // [i | o | g] in input_gate ([batch, 3 * state]) with the others nullptr.
+  // Raw offsets rather than views: a view costs microseconds of host time.
+  const at::Tensor* input_gate = nullptr;
   const at::Tensor* output_gate = nullptr;
   const at::Tensor* candidate_cell = nullptr;
   bool write_z_with_bias = false;
@@ -102,6 +105,8 @@ cuda::ForwardArgs<kernel_t<scalar_t>> forward_args(
     const at::Tensor& bias,
     const at::Tensor& old_cell) {
   cuda::ForwardArgs<kernel_t<scalar_t>> args{};
+  args.batch = t.new_h.size(0);
+  args.state = t.new_h.size(1);
   args.z = t.z.defined() ? in<scalar_t>(t.z) : nullptr;
   args.ld_z = t.z.defined() ? t.z.stride(0) : 0;
   args.bias = in<scalar_t>(bias);
@@ -112,9 +117,11 @@ cuda::ForwardArgs<kernel_t<scalar_t>> forward_args(
   args.output_gate = out_or_null<scalar_t>(t.output_gate);
   args.candidate_cell = out_or_null<scalar_t>(t.candidate_cell);
   args.ld_act = t.input_gate != nullptr ? t.input_gate->stride(0) : 0;
+  if (t.input_gate != nullptr && t.output_gate == nullptr) {
+    args.output_gate = args.input_gate + args.state;
+    args.candidate_cell = args.input_gate + 2 * args.state;
+  }
   args.z_with_bias = t.write_z_with_bias ? out<scalar_t>(t.z) : nullptr;
-  args.batch = t.new_h.size(0);
-  args.state = t.new_h.size(1);
   return args;
 }
 
@@ -210,14 +217,16 @@ void gemms_backward(
 }
 
 // The pointwise backward: dZ into d_gates, dc into d_old_cell when given,
-// and d_bias ([3 * state]) when asked for.
+// and d_bias ([3 * state]) when asked for. The activations are three dense
+// [batch, state] tensors, or packed as [i | o | g] in input_gate with
+// output_gate and candidate_cell nullptr.
 at::Tensor pointwise_backward(
     const std::optional<at::Tensor>& grad_h,
     const std::optional<at::Tensor>& grad_cell,
     const at::Tensor& new_cell,
     const at::Tensor& input_gate,
-    const at::Tensor& output_gate,
-    const at::Tensor& candidate_cell,
+    const at::Tensor* output_gate,
+    const at::Tensor* candidate_cell,
     at::Tensor& d_gates,
     const at::Tensor* d_old_cell,
     bool want_bias) {
@@ -237,9 +246,13 @@ at::Tensor pointwise_backward(
         args.grad_h = strided<scalar_t>(grad_h);
         args.grad_cell = strided<scalar_t>(grad_cell);
         args.new_cell = in<scalar_t>(new_cell_c);
+        const int64_t S = new_cell.size(1);
         args.input_gate = in<scalar_t>(input_gate);
-        args.output_gate = in<scalar_t>(output_gate);
-        args.candidate_cell = in<scalar_t>(candidate_cell);
+        args.output_gate = output_gate != nullptr ? in<scalar_t>(*output_gate)
+                                                  : args.input_gate + S;
+        args.candidate_cell = candidate_cell != nullptr
+            ? in<scalar_t>(*candidate_cell)
+            : args.input_gate + 2 * S;
         args.ld_act = input_gate.stride(0);
         args.d_gates = out<scalar_t>(d_gates);
         args.d_old_cell = out_or_null<scalar_t>(d_old_cell);
@@ -306,10 +319,7 @@ CellForwardResult cell_forward_cuda(
   at::Tensor gates = at::empty({B, 3 * S}, options);
   at::Tensor new_h = at::empty({B, S}, options);
   at::Tensor new_cell = at::empty({B, S}, options);
-  const at::Tensor i = gates.narrow(1, 0, S);
-  const at::Tensor o = gates.narrow(1, S, S);
-  const at::Tensor g = gates.narrow(1, 2 * S, S);
-  const ForwardTensors t{gates, bias, old_cell, new_h, new_cell, &i, &o, &g};
+  const ForwardTensors t{gates, bias, old_cell, new_h, new_cell, &gates};
   std::optional<at::Tensor> X;
   if (cuda::use_small_path(B, sizes.input_features, S)) {
     if (save_X) {
@@ -351,9 +361,9 @@ CellBackwardResult cell_backward_cuda(
       grad_h,
       grad_cell,
       new_cell,
-      gates_c.narrow(1, 0, S),
-      gates_c.narrow(1, S, S),
-      gates_c.narrow(1, 2 * S, S),
+      gates_c,
+      nullptr,
+      nullptr,
       d_gates,
       mask[4] ? &d_old_cell : nullptr,
       mask[2]);
@@ -437,13 +447,15 @@ BackwardResult backward_cuda(
   const auto options = grad_h.options();
   at::Tensor d_gates = at::empty({B, 3 * S}, options);
   at::Tensor d_old_cell = at::empty({B, S}, options);
+  const at::Tensor output_c = output_gate.contiguous();
+  const at::Tensor candidate_c = candidate_cell.contiguous();
   at::Tensor d_bias = pointwise_backward(
       grad_h,
       grad_cell,
       new_cell,
       input_gate.contiguous(),
-      output_gate.contiguous(),
-      candidate_cell.contiguous(),
+      &output_c,
+      &candidate_c,
       d_gates,
       &d_old_cell,
       /*want_bias=*/true);

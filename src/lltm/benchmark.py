@@ -15,6 +15,8 @@ Variants:
   the cell a user would otherwise pick;
 * ``floor``: the step's GEMMs alone (``X Wᵀ``, then ``dZᵀ X``, and ``dZ W``
   with ``--grad all``), on preallocated outputs: what no LLTM can beat;
+* ``loss``: the loss and ``backward()`` of a step with no model at all (its
+  "outputs" are two leaf tensors): the fixed cost every other variant pays;
 * ``aten``: the tutorial's ``autograd.Function`` over its C++ extension in
   ATen operations (``lltm._C._forward_aten``);
 * ``kernels``: the same Function over ``lltm._C.forward``/``backward``, the
@@ -58,7 +60,17 @@ DTYPES = {
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
 }
-VARIANTS = ("python", "compile", "lstmcell", "floor", "aten", "kernels", "lltm", "lltm-compile")
+VARIANTS = (
+    "python",
+    "compile",
+    "lstmcell",
+    "floor",
+    "loss",
+    "aten",
+    "kernels",
+    "lltm",
+    "lltm-compile",
+)
 GRAD_MODES = ("params", "all")
 
 
@@ -155,6 +167,12 @@ class _Case:
             self.forward = lambda: lstm(self.x, (self.h, self.c))
         elif variant == "floor":
             self._setup_floor(p)
+        elif variant == "loss":
+            outputs = (draw(p.batch, p.state), draw(p.batch, p.state))
+            for t in outputs:
+                t.requires_grad_()
+            self.inputs.extend(outputs)
+            self.forward = lambda: outputs
         elif variant in ("lltm", "lltm-compile"):
             step = cell if variant == "lltm" else torch.compile(cell, dynamic=False)
             self.forward = lambda: step(self.x, (self.h, self.c))
@@ -217,7 +235,7 @@ class _Case:
 
     def saved_bytes(self) -> int | None:
         """Bytes the forward keeps alive for the backward, beyond inputs and parameters."""
-        if self.variant == "floor":
+        if self.variant in ("floor", "loss"):
             return None
         known = {t.untyped_storage().data_ptr() for t in [*self.module.parameters(), *self.inputs]}
         storages: dict[int, int] = {}
