@@ -181,33 +181,3 @@ def test_runpath_points_at_torch() -> None:
     data = Path(_C.__file__).read_bytes()
     assert b"$ORIGIN/../torch/lib" in data
     ctypes.CDLL(_C.__file__)  # already loaded: a no-op that must not fail
-
-
-def test_benchmark_cli_json() -> None:
-    code = (
-        "from lltm.benchmark import main; "
-        "main(['-b', '2', '-f', '3', '-s', '4', '--runs', '4', '--warmup', '1', '--rounds', '2', "
-        "'--device', 'cpu', '--json', '-'])"
-    )
-    result = run_python(code)
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    assert report["config"]["batch_size"] == 2
-    variants = [r["variant"] for r in report["results"]]
-    assert variants == ["python", "kernels", "lltm"]
-    for r in report["results"]:
-        assert r["device"] == "cpu"
-        assert r["forward_us"]["min"] > 0
-        assert r["backward_us"]["median"] >= r["backward_us"]["min"]
-    assert report["results"][0]["forward_speedup"] == 1.0
-    assert "round 2/2" in result.stderr
-
-
-def test_benchmark_cli_rejects_unavailable_device() -> None:
-    if "cuda" in lltm.available_backends():
-        pytest.skip("CUDA is available here")
-    result = run_python(
-        "from lltm.benchmark import main; main(['--device', 'cuda', '--runs', '1'])"
-    )
-    assert result.returncode != 0
-    assert "--device cuda: lltm cannot run on cuda here (available: cpu" in result.stderr
