@@ -4,11 +4,11 @@
 // pass (lltm_cpu_kernel_impl.h, which states the math), split over threads
 // by rows with at::parallel_for:
 //
-//   cell           Z = old_h W_h^T + input W_x^T (2 GEMMs), pointwise
+//   cell           X = [old_h | input], Z = X W^T, pointwise
 //   cell_forward   X = [old_h | input] when saved, Z = X W^T, pointwise
 //                  that also saves the gate activations (in place of Z)
 //   cell_backward  pointwise (dZ, d_old_cell, d_bias), then the GEMMs of
-//                  the gradients asked for
+//                  the gradients asked for (one for both input gradients)
 //   forward        the tutorial's: X, Z = X W^T, pointwise (writes Z + b)
 //   backward       the tutorial's: pointwise, then 3 GEMMs
 //
@@ -21,6 +21,7 @@
 #include <ATen/Version.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
@@ -182,8 +183,11 @@ CellResult cell_cpu(
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   const auto options = old_cell.options();
+  // One GEMM over X = [old_h | input]: on the CPU a copy costs less than a
+  // second BLAS call.
+  const at::Tensor X = at::cat({old_h, input}, /*dim=*/1);
   at::Tensor z = at::empty({B, 3 * S}, options);
-  gate_preactivations(z, input, weights, old_h, std::nullopt);
+  gate_preactivations(z, input, weights, old_h, X);
   at::Tensor new_h = at::empty({B, S}, options);
   at::Tensor new_cell = at::empty({B, S}, options);
   pointwise_forward({z, bias, old_cell, new_h, new_cell});
@@ -296,6 +300,16 @@ CellBackwardResult cell_backward_cpu(
   }
   if (mask[4]) {
     std::get<4>(result) = std::move(d_old_cell);
+  }
+  if (mask[0] && mask[3]) {
+    // Both input gradients: one GEMM, dZ W = [d_old_h | d_input], then two
+    // copies, which cost less than a second BLAS call on the CPU.
+    const at::Tensor d_X = at::mm(d_gates, weights);
+    std::get<3>(result) =
+        d_X.narrow(1, 0, S).clone(at::MemoryFormat::Contiguous);
+    std::get<0>(result) =
+        d_X.narrow(1, S, d_X.size(1) - S).clone(at::MemoryFormat::Contiguous);
+    mask[0] = mask[3] = false;
   }
   backward_gemms(d_gates, X, weights, mask, result);
   return result;
