@@ -26,7 +26,7 @@ TORCH = os.environ.get("LLTM_TORCH", "torch==2.13.0")
 CUDA_TORCH = os.environ.get("LLTM_CUDA_TORCH", "torch==2.14.1")
 # The build backend and its plugin, installed beside torch so that builds run
 # with --no-build-isolation against exactly that torch.
-BUILD_DEPS = ["scikit-build-core>=1.1", "dynamic-metadata>=0.5", "ninja"]
+BUILD_DEPS = ["scikit-build-core>=1.1", "ninja"]
 CPP_SOURCES = sorted(str(p) for d in ("cpp", "cuda") for p in (ROOT / d).glob("*.[ch]*"))
 
 
