@@ -183,7 +183,8 @@ def wheel(session: nox.Session) -> None:
     _install_build_env(session)
     session.install("build", "twine")
     session.run("python", "-m", "build", "--no-isolation", "--outdir", "dist", ".")
-    session.run("twine", "check", "--strict", *map(str, (ROOT / "dist").glob("*")))
+    dists = [*(ROOT / "dist").glob("*.whl"), *(ROOT / "dist").glob("*.tar.gz")]
+    session.run("twine", "check", "--strict", *map(str, dists))
 
 
 # --- prebuilt wheels: scripts/wheels.py does the work, here and in the workflows ---------
