@@ -43,7 +43,7 @@ import sysconfig
 import tempfile
 import threading
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -583,9 +583,11 @@ def gate_metadata(report: Report, wheel: WheelInfo, expect_variant: str | None) 
 def is_excluded_lib(name: str) -> bool:
     """Whether ``name`` (a file name or SONAME) is one of torch's or CUDA's libraries."""
     base = Path(name).name
-    return any(
-        fnmatch.fnmatch(base, pattern) for pattern in (*EXCLUDE_LINUX, *EXCLUDE_WINDOWS)
-    ) or any(part in base for part in EXCLUDE_MACOS)
+    if base.lower().endswith(".dll"):
+        return any(fnmatch.fnmatch(base.lower(), p.lower()) for p in EXCLUDE_WINDOWS)
+    if base.endswith(".dylib"):
+        return any(part in base for part in EXCLUDE_MACOS)
+    return any(fnmatch.fnmatch(base, pattern) for pattern in EXCLUDE_LINUX)
 
 
 def gate_contents(report: Report, wheel: WheelInfo) -> None:
@@ -650,7 +652,10 @@ def gate_cuda_archs(report: Report, wheel: WheelInfo) -> None:
     from check_cuda_build import cuda_archs_in, missing_archs  # noqa: PLC0415
 
     claimed = list(wheel.build_info.get("CUDA_ARCHS", []))
-    module = next(n for n in wheel.names if re.fullmatch(r"lltm/_C\.[^/]+", n))
+    module = next((n for n in wheel.names if re.fullmatch(r"lltm/_C\.[^/]+", n)), None)
+    if module is None:
+        report.add("cuda-archs", ok=False, detail="no lltm/_C module to inspect")
+        return
     with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(report.path) as archive:
         try:
             elf, ptx = cuda_archs_in(archive.extract(module, tmp))
@@ -663,22 +668,33 @@ def gate_cuda_archs(report: Report, wheel: WheelInfo) -> None:
     report.add("cuda-archs", ok=not failures and bool(claimed), detail=detail)
 
 
+def _tool_gate(
+    report: Report, gate: str, skip: set[str], command: Callable[[], list[str | Path]]
+) -> None:
+    if gate in skip:
+        report.skip(gate, f"--skip {gate}")
+        return
+    try:
+        run(command(), capture_output=True)
+    except WheelError as exc:  # the tool's complaint, or the tool missing
+        report.add(gate, ok=False, detail=str(exc))
+    else:
+        report.add(gate, ok=True, detail="passed")
+
+
 def gate_tools(report: Report, skip: set[str]) -> None:
     """The gates of twine (check --strict) and check-wheel-contents."""
-    if "twine" in skip:
-        report.skip("twine", "--skip twine")
-    else:
-        run([*tool("twine", "twine"), "check", "--strict", report.path], capture_output=True)
-        report.add("twine", ok=True, detail="twine check --strict passed")
-    if report.path.suffix != ".whl":
+    path = report.path
+    _tool_gate(report, "twine", skip, lambda: [*tool("twine", "twine"), "check", "--strict", path])
+    if path.suffix != ".whl":
         return
-    if "check-wheel-contents" in skip:
-        report.skip("check-wheel-contents", "--skip check-wheel-contents")
-    else:
-        config = ["--config", str(ROOT / "pyproject.toml")]
-        cmd = [*tool("check_wheel_contents", "check-wheel-contents"), *config, report.path]
-        run(cmd, capture_output=True)
-        report.add("check-wheel-contents", ok=True, detail="passed")
+    config = ROOT / "pyproject.toml"
+    _tool_gate(
+        report,
+        "check-wheel-contents",
+        skip,
+        lambda: [*tool("check_wheel_contents", "check-wheel-contents"), "--config", config, path],
+    )
 
 
 def check_sdist(report: Report, skip: set[str]) -> None:
@@ -690,32 +706,39 @@ def check_sdist(report: Report, skip: set[str]) -> None:
 
 
 def check_file(path: Path, args: argparse.Namespace, budgets: dict[str, float]) -> Report:
-    """Run every gate that applies to ``path``."""
+    """Run every gate that applies to ``path``; one gate's failure does not stop the others."""
     report = Report(path)
     skip = set(args.skip)
+    if path.name.endswith(".tar.gz"):
+        check_sdist(report, skip)
+        return report
     try:
-        if path.name.endswith(".tar.gz"):
-            check_sdist(report, skip)
-            return report
         wheel = read_wheel(path)
-        gate_metadata(report, wheel, args.expect_variant)
-        gate_contents(report, wheel)
-        gate_size(report, wheel, budgets)
-        gate_tools(report, skip)
-        if "linux" in wheel.platform:
-            if "auditwheel" in skip:
-                report.skip("auditwheel", "--skip auditwheel")
-            else:
-                gate_auditwheel(report, wheel, args.expect_plat)
-        else:
-            report.skip("auditwheel", f"not a Linux wheel ({wheel.platform})")
-        if wheel.variant not in {None, "cpu"}:
-            if "cuda-archs" in skip:
-                report.skip("cuda-archs", "--skip cuda-archs")
-            else:
-                gate_cuda_archs(report, wheel)
-    except WheelError as exc:
-        report.add("error", ok=False, detail=str(exc))
+    except (WheelError, zipfile.BadZipFile) as exc:
+        report.add("read", ok=False, detail=str(exc))
+        return report
+    gate_metadata(report, wheel, args.expect_variant)
+    gate_contents(report, wheel)
+    gate_size(report, wheel, budgets)
+    gate_tools(report, skip)
+    if "linux" not in wheel.platform:
+        report.skip("auditwheel", f"not a Linux wheel ({wheel.platform})")
+    elif "auditwheel" in skip:
+        report.skip("auditwheel", "--skip auditwheel")
+    else:
+        try:
+            gate_auditwheel(report, wheel, args.expect_plat)
+        except WheelError as exc:
+            report.add("auditwheel", ok=False, detail=str(exc))
+    if wheel.variant in {None, "cpu"}:
+        return report
+    if "cuda-archs" in skip:
+        report.skip("cuda-archs", "--skip cuda-archs")
+    else:
+        try:
+            gate_cuda_archs(report, wheel)
+        except (WheelError, subprocess.SubprocessError) as exc:
+            report.add("cuda-archs", ok=False, detail=str(exc))
     return report
 
 

@@ -355,7 +355,9 @@ def test_gate_expected_variant(wheels: ModuleType, tmp_path: Path) -> None:
         ("torch_python.dll", True),
         ("libtorch.dylib", True),
         ("libgfortran.so.5", False),
+        ("libgomp.so.1", False),
         ("libcudnn.so.9", False),
+        ("libomp.dylib", True),
     ],
 )
 def test_torch_and_cuda_libraries(wheels: ModuleType, name: str, excluded: bool) -> None:
