@@ -11,7 +11,8 @@
 // one. auto takes the persistent kernel when W_h's slices fit on the
 // device's multiprocessors and the batch is small, where a step is a few
 // microseconds of work and a launch per step would cost more than the
-// step: batch * state_size <= 65536, measured (README, "Sequences").
+// step: batch * state_size <= 65536, an estimate from the work per step
+// that the benchmark's persistent and steps rows are there to settle.
 // Either direction may take either path: both save the same tensors.
 //
 // Each call validates its inputs with the shared checks, sets the device,
