@@ -208,6 +208,9 @@ bool use_persistent(
   if (path == Path::kSteps || sizes.steps == 0 || B == 0 || S == 0) {
     return false;
   }
+  if (path == Path::kAuto && B * S > kPersistentMaxElements) {
+    return false;
+  }
   bool fits = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, dtype, "lltm_sequence_fits", [&] {
@@ -230,7 +233,7 @@ bool use_persistent(
         "set it to auto or steps");
     return true;
   }
-  return fits && B * S <= kPersistentMaxElements;
+  return fits;
 }
 
 // --- the persistent path

@@ -351,10 +351,15 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
 
 // What the device offers, asked once per device.
 struct DeviceLimits {
+  int device;
   int multiprocessors;
   int shared_bytes; // per block, with the opt-in
   bool cooperative;
 };
+
+size_t device_slot(const DeviceLimits& limits) {
+  return static_cast<size_t>(limits.device) % 64;
+}
 
 cudaError_t device_limits(DeviceLimits* out) {
   static std::array<std::atomic<int>, 64> sms{};
@@ -381,6 +386,7 @@ cudaError_t device_limits(DeviceLimits* out) {
     coop[slot].store(can, std::memory_order_relaxed);
     sms[slot].store(n, std::memory_order_release);
   }
+  out->device = device;
   out->multiprocessors = sms[slot].load(std::memory_order_acquire);
   out->shared_bytes = shared[slot].load(std::memory_order_relaxed);
   out->cooperative = coop[slot].load(std::memory_order_relaxed) != 0;
@@ -435,12 +441,20 @@ cudaError_t plan(int64_t batch, int64_t state, Plan* out) {
   const int64_t rows = std::min<int64_t>(batch, room / row_bytes);
   const size_t bytes = static_cast<size_t>(weight_bytes + rows * row_bytes);
   const void* kernel = kernel_of<T, Backward>();
-  status = cudaFuncSetAttribute(
-      kernel,
-      cudaFuncAttributeMaxDynamicSharedMemorySize,
-      static_cast<int>(bytes));
-  if (status != cudaSuccess) {
-    return status;
+  // Raised only when a launch needs more than before: after the first call
+  // of a size, a call (say, during a CUDA graph capture) makes no driver
+  // call to set it.
+  static std::array<std::atomic<int>, 64> allowed{};
+  std::atomic<int>& allowed_here = allowed[device_slot(limits)];
+  if (allowed_here.load(std::memory_order_relaxed) < static_cast<int>(bytes)) {
+    status = cudaFuncSetAttribute(
+        kernel,
+        cudaFuncAttributeMaxDynamicSharedMemorySize,
+        static_cast<int>(bytes));
+    if (status != cudaSuccess) {
+      return status;
+    }
+    allowed_here.store(static_cast<int>(bytes), std::memory_order_relaxed);
   }
   int per_sm = 0;
   status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
