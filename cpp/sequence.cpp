@@ -275,6 +275,39 @@ at::Tensor backward_steps(
 
 } // namespace
 
+StepLoops aten_step_loops(const StepKernels& kernels) {
+  return {
+      [kernels](
+          const Sizes& sizes,
+          const at::Tensor& weights,
+          const at::Tensor& bias,
+          const at::Tensor& h0,
+          const at::Tensor& c0,
+          ForwardBuffers& b) {
+        forward_steps(sizes, weights, bias, h0, c0, b, kernels);
+      },
+      [kernels](
+          const Sizes& sizes,
+          const std::optional<at::Tensor>& grad_output,
+          const std::optional<at::Tensor>& grad_h_n,
+          const std::optional<at::Tensor>& grad_c_n,
+          const at::Tensor& weights,
+          const at::Tensor& cells,
+          const at::Tensor& gates,
+          at::Tensor& d_gates) {
+        return backward_steps(
+            sizes,
+            grad_output,
+            grad_h_n,
+            grad_c_n,
+            weights,
+            cells,
+            gates,
+            d_gates,
+            kernels);
+      }};
+}
+
 BackwardResult finish_backward(
     const Sizes& sizes,
     const at::Tensor& d_gates,
@@ -378,12 +411,12 @@ Result sequence_steps(
     const at::Tensor& bias,
     const at::Tensor& h0,
     const at::Tensor& c0,
-    const StepKernels& kernels) {
+    const StepLoops& loops) {
   if (sizes.steps == 0) {
     return empty_forward(sizes, input, h0, c0);
   }
   ForwardBuffers b = prepare_forward(sizes, input, weights, /*save=*/false);
-  forward_steps(sizes, weights, bias, h0, c0, b, kernels);
+  loops.forward(sizes, weights, bias, h0, c0, b);
   return {b.output, b.h_n, b.c_n};
 }
 
@@ -394,12 +427,12 @@ ForwardResult sequence_forward_steps(
     const at::Tensor& bias,
     const at::Tensor& h0,
     const at::Tensor& c0,
-    const StepKernels& kernels) {
+    const StepLoops& loops) {
   if (sizes.steps == 0) {
     return with_saved(empty_forward(sizes, input, h0, c0), sizes, input);
   }
   ForwardBuffers b = prepare_forward(sizes, input, weights, /*save=*/true);
-  forward_steps(sizes, weights, bias, h0, c0, b, kernels);
+  loops.forward(sizes, weights, bias, h0, c0, b);
   return {b.output, b.h_n, b.c_n, b.cells, b.gates};
 }
 
@@ -415,21 +448,13 @@ BackwardResult sequence_backward_steps(
     const at::Tensor& cells,
     const at::Tensor& gates,
     const OutputMask& mask,
-    const StepKernels& kernels) {
+    const StepLoops& loops) {
   if (sizes.steps == 0) {
     return empty_backward(sizes, grad_h_n, grad_c_n, input, weights, mask);
   }
   at::Tensor d_gates = at::empty(gates.sizes(), gates.options());
-  const at::Tensor d_c0 = backward_steps(
-      sizes,
-      grad_output,
-      grad_h_n,
-      grad_c_n,
-      weights,
-      cells,
-      gates,
-      d_gates,
-      kernels);
+  const at::Tensor d_c0 = loops.backward(
+      sizes, grad_output, grad_h_n, grad_c_n, weights, cells, gates, d_gates);
   return finish_backward(
       sizes, d_gates, input, weights, h0, output, d_c0, mask, std::nullopt);
 }

@@ -31,6 +31,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <tuple>
 
@@ -132,8 +133,37 @@ BackwardResult finish_backward(
     const OutputMask& output_mask,
     std::optional<at::Tensor> d_h0);
 
-// The ops on a backend's pointwise kernels, with ATen GEMMs: the step
-// loops (the CPU's kernels, and the CUDA per-step path), and zero steps.
+// A backend's step loops. The forward runs every step over buffers from
+// prepare_forward (T > 0); the backward runs the reverse loop, writes
+// d_gates ([T, B, 3S]) and returns dc_{-1} (= d_c0). cells and gates are
+// dense.
+struct StepLoops {
+  std::function<void(
+      const Sizes& sizes,
+      const at::Tensor& weights,
+      const at::Tensor& bias,
+      const at::Tensor& h0,
+      const at::Tensor& c0,
+      ForwardBuffers& buffers)>
+      forward;
+  std::function<at::Tensor(
+      const Sizes& sizes,
+      const std::optional<at::Tensor>& grad_output,
+      const std::optional<at::Tensor>& grad_h_n,
+      const std::optional<at::Tensor>& grad_c_n,
+      const at::Tensor& weights,
+      const at::Tensor& cells,
+      const at::Tensor& gates,
+      at::Tensor& d_gates)>
+      backward;
+};
+
+// The step loops in ATen operations: per step, one GEMM (at::addmm_ or
+// at::mm) and one of `kernels`, on any device.
+StepLoops aten_step_loops(const StepKernels& kernels);
+
+// The ops on a backend's step loops: the input projection before them, the
+// GEMMs for all steps after the backward's, and zero steps.
 Result sequence_steps(
     const Sizes& sizes,
     const at::Tensor& input,
@@ -141,7 +171,7 @@ Result sequence_steps(
     const at::Tensor& bias,
     const at::Tensor& h0,
     const at::Tensor& c0,
-    const StepKernels& kernels);
+    const StepLoops& loops);
 ForwardResult sequence_forward_steps(
     const Sizes& sizes,
     const at::Tensor& input,
@@ -149,7 +179,7 @@ ForwardResult sequence_forward_steps(
     const at::Tensor& bias,
     const at::Tensor& h0,
     const at::Tensor& c0,
-    const StepKernels& kernels);
+    const StepLoops& loops);
 BackwardResult sequence_backward_steps(
     const Sizes& sizes,
     const std::optional<at::Tensor>& grad_output,
@@ -162,7 +192,7 @@ BackwardResult sequence_backward_steps(
     const at::Tensor& cells,
     const at::Tensor& gates,
     const OutputMask& output_mask,
-    const StepKernels& kernels);
+    const StepLoops& loops);
 
 // The C++ API: lltm::sequence through the dispatcher, so through autograd
 // when a graph is recorded, on the inputs' device.

@@ -169,6 +169,11 @@ void step_backward(
 
 constexpr StepKernels kCudaKernels{&step_forward, &step_backward};
 
+const StepLoops& cuda_steps() {
+  static const StepLoops loops = aten_step_loops(kCudaKernels);
+  return loops;
+}
+
 // --- choosing the path
 // --------------------------------------------------------
 
@@ -282,7 +287,7 @@ Result sequence_cuda(
   const Sizes sizes = check_forward_args(input, weights, bias, h0, c0, op);
   const c10::cuda::CUDAGuard device_guard(input.device());
   if (!use_persistent(sizes, input.scalar_type(), false, op)) {
-    return sequence_steps(sizes, input, weights, bias, h0, c0, kCudaKernels);
+    return sequence_steps(sizes, input, weights, bias, h0, c0, cuda_steps());
   }
   ForwardBuffers b = prepare_forward(sizes, input, weights, /*save=*/false);
   persistent_forward(sizes, weights, bias, h0, c0, b);
@@ -300,7 +305,7 @@ ForwardResult sequence_forward_cuda(
   const c10::cuda::CUDAGuard device_guard(input.device());
   if (!use_persistent(sizes, input.scalar_type(), false, op)) {
     return sequence_forward_steps(
-        sizes, input, weights, bias, h0, c0, kCudaKernels);
+        sizes, input, weights, bias, h0, c0, cuda_steps());
   }
   ForwardBuffers b = prepare_forward(sizes, input, weights, /*save=*/true);
   persistent_forward(sizes, weights, bias, h0, c0, b);
@@ -345,7 +350,7 @@ BackwardResult sequence_backward_cuda(
         cells_c,
         gates_c,
         mask,
-        kCudaKernels);
+        cuda_steps());
   }
   const auto options = gates.options();
   const int64_t B = sizes.batch;
