@@ -410,8 +410,9 @@ const void* kernel_of() {
 }
 
 // Columns per block: at least enough that one block per multiprocessor
-// covers the state, and enough that a block has a thread's worth of items
-// at small batch (fewer blocks make a cheaper barrier).
+// covers the state, and, where shared memory allows, enough that a block
+// has an item per thread at small batch (fewer blocks make a cheaper
+// barrier).
 template <typename T, bool Backward>
 cudaError_t plan(int64_t batch, int64_t state, Plan* out) {
   using A = acc_t<T>;
@@ -426,18 +427,23 @@ cudaError_t plan(int64_t batch, int64_t state, Plan* out) {
     return status;
   }
   const int64_t sms = limits.multiprocessors;
-  int64_t columns = std::max<int64_t>(
-      (state + sms - 1) / sms, (kThreads + batch - 1) / batch);
-  columns = std::min(columns, state);
-  const int64_t blocks = (state + columns - 1) / columns;
   const int64_t row_length = Backward ? 3 * state : state;
   const int64_t ld = row_length % 2 == 0 ? row_length + 1 : row_length;
-  const int64_t weight_bytes = 3 * columns * state * int64_t(sizeof(A));
   const int64_t row_bytes = ld * int64_t(sizeof(A));
-  const int64_t room = int64_t(limits.shared_bytes) - weight_bytes;
-  if (room < row_bytes) {
+  const int64_t column_bytes = 3 * state * int64_t(sizeof(A)); // of W_h
+  // At least one block per multiprocessor's share of the columns; more
+  // where shared memory allows, up to a thread's item each at this batch.
+  const int64_t fewest = (state + sms - 1) / sms;
+  const int64_t most =
+      (int64_t(limits.shared_bytes) - row_bytes) / column_bytes;
+  const int64_t columns =
+      std::min({std::max(fewest, (kThreads + batch - 1) / batch), most, state});
+  if (columns < fewest || columns < 1) {
     return cudaSuccess; // W_h's slices do not fit
   }
+  const int64_t blocks = (state + columns - 1) / columns;
+  const int64_t weight_bytes = columns * column_bytes;
+  const int64_t room = int64_t(limits.shared_bytes) - weight_bytes;
   const int64_t rows = std::min<int64_t>(batch, room / row_bytes);
   const size_t bytes = static_cast<size_t>(weight_bytes + rows * row_bytes);
   const void* kernel = kernel_of<T, Backward>();
