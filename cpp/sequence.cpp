@@ -1,6 +1,7 @@
 // Schemas of the sequence operators, their input checks (shared by every
-// backend), the step loops that the CPU and the CUDA per-step path share,
-// and the C++ API. sequence.h states the math.
+// backend), what every backend runs around its step loops, the step loops
+// in ATen operations (the CUDA per-step path), and the C++ API. sequence.h
+// states the math.
 #include "sequence.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -198,8 +199,8 @@ void forward_steps(
     const StepKernels& kernels) {
   const int64_t T = sizes.steps;
   const bool save = b.cells.defined();
-  // W_h^T packed once: the per-step GEMMs read a dense operand (about 15%
-  // faster per step on the CPU than the strided block of the weights).
+  // W_h^T packed once: every step's GEMM reads a dense operand rather than
+  // the strided column block of the weights.
   const at::Tensor w_h_t =
       weights_h(weights, sizes.state_size).t().contiguous();
   for (int64_t t = 0; t < T; ++t) {

@@ -21,9 +21,12 @@
 // dZ_{1:}^T output_{:-1}, d_input = dZ W_x, d_bias = the column sums of dZ,
 // d_h0 = dZ_0 W_h, d_c0 = dc_{-1}.
 //
-// The schemas and checks live in sequence.cpp, with the step loops that the
-// CPU (sequence_cpu.cpp) and the CUDA per-step path (sequence_cuda.cpp)
-// share: ATen GEMMs around a backend's pointwise kernels.
+// The schemas and checks live in sequence.cpp, with what every backend runs
+// around its step loops (the input projection, the GEMMs for all steps
+// after the backward's loop) and step loops in ATen operations, which the
+// CUDA per-step path runs over its pointwise kernels; the CPU
+// (sequence_cpu.cpp) runs its own loops on raw pointers, and CUDA also a
+// persistent kernel (sequence_cuda.cpp).
 #pragma once
 
 #include "lltm.h"
