@@ -28,6 +28,9 @@ py=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 # NVLink multicast (NVLS) stays off on the lent machines.
 export NCCL_NVLS_ENABLE=0
+# The H200's architecture only, unless told otherwise: a build for the
+# default list of seven takes minutes longer.
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 summary=()
 
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -53,6 +56,7 @@ wants() { [[ " $steps " == *" $1 "* ]]; }
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())"
+  echo "TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
 } | tee "$out/summary.txt"
 
 if wants build; then
@@ -72,7 +76,7 @@ if wants sanitize; then
   for tool in racecheck synccheck; do
     step "$tool" sanitize.log timeout 120 \
       compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 "$py" -m pytest \
-      tests/test_sequence.py -p no:cacheprovider -q -m cuda -k "paths_agree and float32"
+      tests/test_sequence.py -p no:cacheprovider -q -m cuda -k "paths_agree and float32 and not B300"
   done
 fi
 if wants bench; then

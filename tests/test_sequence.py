@@ -478,7 +478,11 @@ def test_layer_rejects_bad_sizes() -> None:
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("shape", [(16, 16, 32, 128), (5, 96, 16, 100), (3, 300, 8, 256)], ids=str)
+@pytest.mark.parametrize(
+    "shape",
+    [(16, 16, 32, 128), (5, 96, 16, 100), (3, 300, 8, 256)],
+    ids=lambda s: "T{}-B{}-F{}-S{}".format(*s),
+)
 def test_cuda_paths_agree(
     monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, shape: tuple[int, int, int, int]
 ) -> None:
