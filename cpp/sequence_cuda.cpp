@@ -91,8 +91,7 @@ cuda::Strided3<kernel_t<scalar_t>> strided3(
   return {in<scalar_t>(*t), t->stride(0), t->stride(1), t->stride(2)};
 }
 
-// --- the per-step path: the cell's pointwise kernels
-// --------------------------
+// --- the per-step path: the cell's pointwise kernels -------------------------
 
 void step_forward(
     at::Tensor& z,
@@ -174,8 +173,7 @@ const StepLoops& cuda_steps() {
   return loops;
 }
 
-// --- choosing the path
-// --------------------------------------------------------
+// --- choosing the path -------------------------------------------------------
 
 enum class Path { kAuto, kPersistent, kSteps };
 
@@ -241,8 +239,7 @@ bool use_persistent(
   return fits;
 }
 
-// --- the persistent path
-// ------------------------------------------------------
+// --- the persistent path -----------------------------------------------------
 
 void persistent_forward(
     const Sizes& sizes,
