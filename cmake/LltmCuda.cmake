@@ -114,7 +114,8 @@ function(lltm_add_cuda_kernels target)
     endif()
   endforeach()
 
-  add_library(lltm_cuda_kernels STATIC cuda/lltm_kernel.cu cuda/lltm_small.cu)
+  add_library(lltm_cuda_kernels STATIC cuda/lltm_kernel.cu cuda/lltm_small.cu
+                                       cuda/lltm_sequence.cu)
   set_target_properties(
     lltm_cuda_kernels
     PROPERTIES CUDA_ARCHITECTURES "${_archs}"
@@ -130,6 +131,6 @@ function(lltm_add_cuda_kernels target)
   target_compile_definitions(
     lltm_cuda_kernels PRIVATE __CUDA_NO_HALF_OPERATORS__ __CUDA_NO_HALF_CONVERSIONS__
                               __CUDA_NO_BFLOAT16_CONVERSIONS__ __CUDA_NO_HALF2_OPERATORS__)
-  target_sources(${target} PRIVATE cpp/lltm_cuda.cpp)
+  target_sources(${target} PRIVATE cpp/lltm_cuda.cpp cpp/sequence_cuda.cpp)
   target_link_libraries(${target} PRIVATE lltm_cuda_kernels)
 endfunction()

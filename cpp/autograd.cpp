@@ -13,7 +13,13 @@
 //   forward       -> forward (the tutorial's 7 outputs), backward: backward
 //   cell_backward, backward: not differentiable again; a double backward
 //                    raises a clear error
+//   sequence      -> sequence_forward (saves output, cells and gates, the
+//                    per-step state the backward reads), backward:
+//                    sequence_backward with the output_mask of the inputs
+//                    that need a gradient
+//   sequence_backward: not differentiable again, like cell_backward
 #include "lltm.h"
+#include "sequence.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
@@ -399,6 +405,222 @@ BackwardResult backward_autograd(
   return {o[0], o[1], o[2], o[3], o[4]};
 }
 
+// --- sequences ---------------------------------------------------------------
+
+using SequenceSignature = sequence::Result(
+    const at::Tensor&,
+    const at::Tensor&,
+    const at::Tensor&,
+    const at::Tensor&,
+    const at::Tensor&);
+using SequenceForwardSignature = sequence::ForwardResult(
+    const at::Tensor&,
+    const at::Tensor&,
+    const at::Tensor&,
+    const at::Tensor&,
+    const at::Tensor&);
+using SequenceBackwardSignature = sequence::BackwardResult(
+    const std::optional<at::Tensor>&,
+    const std::optional<at::Tensor>&,
+    const std::optional<at::Tensor>&,
+    const at::Tensor&,
+    const at::Tensor&,
+    const at::Tensor&,
+    const at::Tensor&,
+    const at::Tensor&,
+    const at::Tensor&,
+    OutputMask);
+
+// lltm::sequence and lltm::sequence_forward. Outputs: output, h_n, c_n, and
+// the non-differentiable cells and gates.
+class SequenceFunction : public torch::autograd::Function<SequenceFunction> {
+ public:
+  static variable_list forward(
+      AutogradContext* ctx,
+      const at::Tensor& input,
+      const at::Tensor& weights,
+      const at::Tensor& bias,
+      const at::Tensor& h0,
+      const at::Tensor& c0) {
+    // An output that does not reach the loss gets no gradient (undefined),
+    // which the backward reads as zeros without making them.
+    ctx->set_materialize_grads(false);
+    static const auto op =
+        find_op<SequenceForwardSignature>("lltm::sequence_forward");
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [output, h_n, c_n, cells, gates] =
+        op.call(input, weights, bias, h0, c0);
+    ctx->save_for_backward({input, weights, h0, output, cells, gates});
+    ctx->saved_data["bias_is_2d"] = bias.dim() == 2;
+    ctx->mark_non_differentiable({cells, gates});
+    return {output, h_n, c_n, cells, gates};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    const OutputMask mask{
+        ctx->needs_input_grad(0),
+        ctx->needs_input_grad(1),
+        ctx->needs_input_grad(2),
+        ctx->needs_input_grad(3),
+        ctx->needs_input_grad(4)};
+    static const auto op =
+        find_op<SequenceBackwardSignature>("lltm::sequence_backward");
+    auto [d_input, d_weights, d_bias, d_h0, d_c0] = op.call(
+        optional(grads[0]),
+        optional(grads[1]),
+        optional(grads[2]),
+        s[0],
+        s[1],
+        s[2],
+        s[3],
+        s[4],
+        s[5],
+        mask);
+    if (d_bias && ctx->saved_data["bias_is_2d"].toBool()) {
+      d_bias = d_bias->unsqueeze(0);
+    }
+    return {
+        value(d_input),
+        value(d_weights),
+        value(d_bias),
+        value(d_h0),
+        value(d_c0)};
+  }
+};
+
+class SequenceBackwardFunction
+    : public torch::autograd::Function<SequenceBackwardFunction> {
+ public:
+  static variable_list forward(
+      AutogradContext* ctx,
+      const std::optional<at::Tensor>& grad_output,
+      const std::optional<at::Tensor>& grad_h_n,
+      const std::optional<at::Tensor>& grad_c_n,
+      const at::Tensor& input,
+      const at::Tensor& weights,
+      const at::Tensor& h0,
+      const at::Tensor& output,
+      const at::Tensor& cells,
+      const at::Tensor& gates,
+      OutputMask output_mask) {
+    ctx->set_materialize_grads(false);
+    static const auto op =
+        find_op<SequenceBackwardSignature>("lltm::sequence_backward");
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [a, b, c, d, e] = op.call(
+        grad_output,
+        grad_h_n,
+        grad_c_n,
+        input,
+        weights,
+        h0,
+        output,
+        cells,
+        gates,
+        output_mask);
+    // A node's outputs must be defined: return those in output_mask.
+    variable_list out;
+    for (auto* g : {&a, &b, &c, &d, &e}) {
+      if (g->has_value()) {
+        out.push_back(**g);
+      }
+    }
+    return out;
+  }
+
+  static variable_list backward(
+      AutogradContext* /*ctx*/,
+      variable_list /*grads*/) {
+    TORCH_CHECK(false, "lltm::sequence_backward", kFirstOrderOnly);
+    return {};
+  }
+};
+
+sequence::Result sequence_autograd(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& h0,
+    const at::Tensor& c0) {
+  if (!records_graph({&input, &weights, &bias, &h0, &c0})) {
+    // Nothing to save: the op that keeps only the running state.
+    static const auto op = find_op<SequenceSignature>("lltm::sequence");
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return op.call(input, weights, bias, h0, c0);
+  }
+  variable_list out = SequenceFunction::apply(input, weights, bias, h0, c0);
+  return {out[0], out[1], out[2]};
+}
+
+sequence::ForwardResult sequence_forward_autograd(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& h0,
+    const at::Tensor& c0) {
+  if (!records_graph({&input, &weights, &bias, &h0, &c0})) {
+    static const auto op =
+        find_op<SequenceForwardSignature>("lltm::sequence_forward");
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return op.call(input, weights, bias, h0, c0);
+  }
+  variable_list out = SequenceFunction::apply(input, weights, bias, h0, c0);
+  return {out[0], out[1], out[2], out[3], out[4]};
+}
+
+sequence::BackwardResult sequence_backward_autograd(
+    const std::optional<at::Tensor>& grad_output,
+    const std::optional<at::Tensor>& grad_h_n,
+    const std::optional<at::Tensor>& grad_c_n,
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& h0,
+    const at::Tensor& output,
+    const at::Tensor& cells,
+    const at::Tensor& gates,
+    OutputMask output_mask) {
+  const at::Tensor go = value(grad_output);
+  const at::Tensor gh = value(grad_h_n);
+  const at::Tensor gc = value(grad_c_n);
+  if (!records_graph(
+          {&go, &gh, &gc, &input, &weights, &h0, &output, &cells, &gates})) {
+    static const auto op =
+        find_op<SequenceBackwardSignature>("lltm::sequence_backward");
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return op.call(
+        grad_output,
+        grad_h_n,
+        grad_c_n,
+        input,
+        weights,
+        h0,
+        output,
+        cells,
+        gates,
+        output_mask);
+  }
+  const variable_list out = SequenceBackwardFunction::apply(
+      grad_output,
+      grad_h_n,
+      grad_c_n,
+      input,
+      weights,
+      h0,
+      output,
+      cells,
+      gates,
+      output_mask);
+  std::array<std::optional<at::Tensor>, 5> grads;
+  auto next = out.begin();
+  for (size_t k = 0; k < grads.size(); ++k) {
+    if (output_mask[k]) {
+      grads[k] = *next++;
+    }
+  }
+  return {grads[0], grads[1], grads[2], grads[3], grads[4]};
+}
+
 } // namespace
 } // namespace lltm
 
@@ -408,4 +630,7 @@ TORCH_LIBRARY_IMPL(lltm, Autograd, m) {
   m.impl("cell_backward", &lltm::cell_backward_autograd);
   m.impl("forward", &lltm::forward_autograd);
   m.impl("backward", &lltm::backward_autograd);
+  m.impl("sequence", &lltm::sequence_autograd);
+  m.impl("sequence_forward", &lltm::sequence_forward_autograd);
+  m.impl("sequence_backward", &lltm::sequence_backward_autograd);
 }

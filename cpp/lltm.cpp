@@ -15,18 +15,21 @@
 #include <utility>
 
 namespace lltm {
+namespace checks {
 namespace {
-
-struct Arg {
-  const at::Tensor& tensor;
-  const char* name;
-};
 
 // torch's Python name for a dtype ("float32"), which is what users write.
 // A copy: some torch releases return the names by value.
 std::string dtype_name(at::ScalarType dtype) {
   return std::string(c10::getDtypeNames(dtype).first);
 }
+
+bool is_supported_dtype(at::ScalarType dtype) {
+  const auto dtypes = supported_dtypes();
+  return std::find(dtypes.begin(), dtypes.end(), dtype) != dtypes.end();
+}
+
+} // namespace
 
 // "[4, 5]". Numbers are formatted with std::to_string rather than streamed:
 // on some machines (seen with torch 2.11 on Ubuntu 24.04), streaming an
@@ -38,11 +41,6 @@ std::string shape_str(c10::IntArrayRef sizes) {
     out += (i == 0 ? "" : ", ") + std::to_string(sizes[i]);
   }
   return out + "]";
-}
-
-bool is_supported_dtype(at::ScalarType dtype) {
-  const auto dtypes = supported_dtypes();
-  return std::find(dtypes.begin(), dtypes.end(), dtype) != dtypes.end();
 }
 
 // Every tensor is defined, of a supported floating dtype, and has the dtype
@@ -89,13 +87,19 @@ void check_dtypes_and_devices(const char* op, std::initializer_list<Arg> args) {
   }
 }
 
-void check_2d(const char* op, const Arg& arg, const char* layout) {
+void check_dim(
+    const char* op,
+    const Arg& arg,
+    int64_t dim,
+    const char* layout) {
   TORCH_CHECK_VALUE(
-      arg.tensor.dim() == 2,
+      arg.tensor.dim() == dim,
       op,
       ": expected ",
       arg.name,
-      " to be a 2-D tensor ",
+      " to be a ",
+      std::to_string(dim),
+      "-D tensor ",
       layout,
       ", but got a ",
       std::to_string(arg.tensor.dim()),
@@ -119,6 +123,19 @@ void check_shape(
       shape_str(expected),
       ", but got ",
       shape_str(arg.tensor.sizes()));
+}
+
+} // namespace checks
+
+namespace {
+
+using checks::Arg;
+using checks::check_dtypes_and_devices;
+using checks::check_shape;
+using checks::shape_str;
+
+void check_2d(const char* op, const Arg& arg, const char* layout) {
+  checks::check_dim(op, arg, 2, layout);
 }
 
 } // namespace

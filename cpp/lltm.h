@@ -22,7 +22,9 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
+#include <string>
 #include <tuple>
 
 namespace lltm {
@@ -105,6 +107,33 @@ Sizes check_cell_backward_args(
     const std::optional<at::Tensor>& X,
     const at::Tensor& weights,
     const OutputMask& output_mask);
+
+// The pieces of the input checks, shared by the checks of every op (the
+// sequence ops' too, in sequence.cpp), so that all say the same words.
+namespace checks {
+
+struct Arg {
+  const at::Tensor& tensor;
+  const char* name;
+};
+
+// "[4, 5]".
+std::string shape_str(c10::IntArrayRef sizes);
+
+// Every tensor is defined, of a supported floating dtype, and has the dtype
+// and device of the first one.
+void check_dtypes_and_devices(const char* op, std::initializer_list<Arg> args);
+
+// arg has `dim` dimensions; `layout` names them ("[batch, state_size]").
+void check_dim(const char* op, const Arg& arg, int64_t dim, const char* layout);
+
+void check_shape(
+    const char* op,
+    const Arg& arg,
+    c10::IntArrayRef expected,
+    const char* layout);
+
+} // namespace checks
 
 // The GEMMs, shared by every backend (ATen picks BLAS or cuBLAS, and with
 // it the float32 precision setting, as for any matmul).

@@ -23,6 +23,8 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/zeros.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -30,34 +32,50 @@
 #include <utility>
 
 namespace lltm {
-namespace {
+namespace cpu {
 
 // The kernels of the best capability that ATen reports for this processor
 // (which ATEN_CPU_CAPABILITY can lower, as for ATen's own kernels).
 template <typename T>
-const cpu::Kernels<T>& kernels() {
-  static const cpu::Kernels<T> table = [] {
+const Kernels<T>& best_kernels() {
+  static const Kernels<T> table = [] {
     const std::string capability = at::get_cpu_capability();
     if (capability == "AVX512") {
-      if (const auto k = cpu::avx512_kernels<T>(); k.forward != nullptr) {
+      if (const auto k = avx512_kernels<T>(); k.forward != nullptr) {
         return k;
       }
     }
     if (capability == "AVX512" || capability == "AVX2") {
-      if (const auto k = cpu::avx2_kernels<T>(); k.forward != nullptr) {
+      if (const auto k = avx2_kernels<T>(); k.forward != nullptr) {
         return k;
       }
     }
-    return cpu::default_kernels<T>();
+    return default_kernels<T>();
   }();
   return table;
 }
+
+template const Kernels<float>& best_kernels();
+template const Kernels<double>& best_kernels();
+template const Kernels<c10::Half>& best_kernels();
+template const Kernels<c10::BFloat16>& best_kernels();
 
 // Rows per task: enough elements to be worth a thread.
 int64_t rows_per_task(int64_t state_size) {
   constexpr int64_t kElementsPerTask = 16384;
   return std::max<int64_t>(
       1, kElementsPerTask / std::max<int64_t>(1, state_size));
+}
+
+} // namespace cpu
+
+namespace {
+
+using cpu::rows_per_task;
+
+template <typename T>
+const cpu::Kernels<T>& kernels() {
+  return cpu::best_kernels<T>();
 }
 
 template <typename T>

@@ -62,6 +62,10 @@ struct BackwardArgs {
   // (the bias gradient of those rows), or nullptr.
   at::opmath_type<T>* d_bias_sum;
   int64_t state;
+  // A second addend of grad_h, dense rows with row stride ld_grad_h_add (a
+  // sequence's recurrent gradient, dZ_{t+1} W_h), or nullptr.
+  const T* grad_h_add = nullptr;
+  int64_t ld_grad_h_add = 0;
 };
 
 template <typename T>
@@ -80,5 +84,13 @@ template <typename T>
 Kernels<T> avx2_kernels();
 template <typename T>
 Kernels<T> avx512_kernels();
+
+// The kernels of the best capability this processor runs (lltm_cpu.cpp
+// picks them once), for the cell's ops and the sequence's step loop.
+template <typename T>
+const Kernels<T>& best_kernels();
+
+// How many rows of a [batch, state] problem make one at::parallel_for task.
+int64_t rows_per_task(int64_t state_size);
 
 } // namespace lltm::cpu

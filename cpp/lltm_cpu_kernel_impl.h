@@ -10,7 +10,8 @@
 //   new_h    = tanh(new_cell) * o
 //
 // Backward, from the saved activations i, o, g and new_cell, with
-// t = tanh(new_cell) and upstream gradients gh, gc:
+// t = tanh(new_cell) and upstream gradients gh (the sum of grad_h and, when
+// given, grad_h_add), gc:
 //   d_old_cell = dc = (1 - t^2) * o * gh + gc
 //   dZ_i = dc * g * i * (1 - i)
 //   dZ_o = gh * t * o * (1 - o)
@@ -144,7 +145,10 @@ void backward_rows(const BackwardArgs<T>& a, int64_t begin, int64_t end) {
     T* dz = a.d_gates + b * 3 * S;
     for (int64_t s = 0; s < S; s += kWidth) {
       const int64_t n = std::min(kWidth, S - s);
-      const Vec<T> gh = load(a.grad_h, b, s, n);
+      Vec<T> gh = load(a.grad_h, b, s, n);
+      if (a.grad_h_add != nullptr) {
+        gh = gh + load(a.grad_h_add + b * a.ld_grad_h_add + s, n);
+      }
       const Vec<T> gc = load(a.grad_cell, b, s, n);
       const Vec<T> i = load(a.input_gate + b * a.ld_act + s, n);
       const Vec<T> o = load(a.output_gate + b * a.ld_act + s, n);

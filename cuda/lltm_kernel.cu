@@ -7,7 +7,8 @@
 //   new_h    = tanh(new_cell) * o
 //
 // Backward, from the saved activations i, o, g and new_cell, with
-// t = tanh(new_cell) and upstream gradients gh, gc:
+// t = tanh(new_cell) and upstream gradients gh (the sum of grad_h and, when
+// given, grad_h_add), gc:
 //   d_old_cell = dc = (1 - t^2) * o * gh + gc
 //   dZ_i = dc * g * i * (1 - i)
 //   dZ_o = gh * t * o * (1 - o)
@@ -117,6 +118,14 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(
       A gh[V], gc[V], i[V], o[V], g[V], t[V];
       load<V>(a.grad_h, grad_h_packed, b, s, gh);
       load<V>(a.grad_cell, grad_cell_packed, b, s, gc);
+      if (a.grad_h_add != nullptr) {
+        A more[V];
+        load<V>(a.grad_h_add + b * static_cast<I>(a.ld_grad_h_add) + s, more);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          gh[j] += more[j];
+        }
+      }
       const I act_row = b * static_cast<I>(a.ld_act);
       load<V>(a.input_gate + act_row + s, i);
       load<V>(a.output_gate + act_row + s, o);
@@ -260,7 +269,8 @@ BackwardPlan plan_backward(const BackwardArgs<T>& a) {
   plan.packed = a.state % Vp == 0 && a.ld_act % Vp == 0 &&
       aligned16(a.new_cell) && aligned16(a.input_gate) &&
       aligned16(a.output_gate) && aligned16(a.candidate_cell) &&
-      aligned16(a.d_gates) && aligned16(a.d_old_cell) && aligned16(a.d_bias);
+      aligned16(a.d_gates) && aligned16(a.d_old_cell) && aligned16(a.d_bias) &&
+      aligned16(a.grad_h_add) && a.ld_grad_h_add % Vp == 0;
   const int V = plan.packed ? Vp : 1;
   const int64_t column_threads = (a.state + V - 1) / V;
   // Column threads: up to a warp, a power of two; the rest are row lanes.
@@ -350,6 +360,7 @@ cudaError_t launch_backward(
        a.batch * 3 * a.state,
        largest_offset(a.grad_h, a.batch, a.state),
        largest_offset(a.grad_cell, a.batch, a.state),
+       (a.batch - 1) * a.ld_grad_h_add + a.state,
        int64_t(plan.grid.y) * 3 * a.state});
   auto* partials =
       plan.workspace_bytes > 0 ? static_cast<acc_t<T>*>(workspace) : nullptr;

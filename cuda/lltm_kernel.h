@@ -65,6 +65,10 @@ struct BackwardArgs {
   T* d_bias; // [3 * state]: the column sums of d_gates, or nullptr
   int64_t batch;
   int64_t state;
+  // A second addend of grad_h, dense rows with row stride ld_grad_h_add (a
+  // sequence's recurrent gradient, dZ_{t+1} W_h), or nullptr.
+  const T* grad_h_add = nullptr;
+  int64_t ld_grad_h_add = 0;
 };
 
 // Writes new_h and new_cell, and the activations when asked for.

@@ -1,6 +1,7 @@
 """lltm: the LLTM cell of PyTorch's C++/CUDA extension tutorial.
 
-``lltm.lltm`` and ``lltm.LLTM`` are the differentiable API; ``lltm._C``
+``lltm.lltm`` and ``lltm.LLTM`` are the differentiable API of one step,
+``lltm.lltm_sequence`` and ``lltm.LLTMLayer`` of whole sequences; ``lltm._C``
 keeps the tutorial's ``forward``/``backward`` functions; ``torch.ops.lltm``
 holds the dispatcher ops both are built on. ``LLTM_BACKEND`` (auto, aot,
 jit) picks the prebuilt module or a build on import (:mod:`lltm.jit`).
@@ -20,12 +21,22 @@ from ._loader import load_extension
 _C, _backend = load_extension()
 
 from . import reference
+from .layer import LLTMLayer
 from .module import LLTM
-from .ops import lltm
+from .ops import lltm, lltm_sequence
 
 __version__: str = importlib.metadata.version("lltm")
 
-__all__ = ["LLTM", "__version__", "available_backends", "build_info", "lltm", "reference"]
+__all__ = [
+    "LLTM",
+    "LLTMLayer",
+    "__version__",
+    "available_backends",
+    "build_info",
+    "lltm",
+    "lltm_sequence",
+    "reference",
+]
 
 
 def build_info() -> dict[str, Any]:

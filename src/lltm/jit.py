@@ -48,8 +48,16 @@ CPU_SOURCES = (
     "cpp/autograd.cpp",
     "cpp/lltm_aten.cpp",
     "cpp/lltm_cpu.cpp",
+    "cpp/sequence.cpp",
+    "cpp/sequence_cpu.cpp",
 )
-CUDA_SOURCES = ("cpp/lltm_cuda.cpp", "cuda/lltm_kernel.cu", "cuda/lltm_small.cu")
+CUDA_SOURCES = (
+    "cpp/lltm_cuda.cpp",
+    "cpp/sequence_cuda.cpp",
+    "cuda/lltm_kernel.cu",
+    "cuda/lltm_small.cu",
+    "cuda/lltm_sequence.cu",
+)
 CPU_KERNEL_SOURCES = (
     "cpp/lltm_cpu_kernel_default.cpp",
     "cpp/lltm_cpu_kernel_avx2.cpp",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["lltm"]
+__all__ = ["lltm", "lltm_sequence"]
 
 
 def lltm(
@@ -45,8 +45,42 @@ def lltm(
     return _cell(input, weights, bias, old_h, old_cell)
 
 
+def lltm_sequence(
+    input: Tensor,  # noqa: A002 - the tutorial's name
+    weights: Tensor,
+    bias: Tensor,
+    h0: Tensor,
+    c0: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One LLTM layer over a whole sequence, differentiable (backprop through time in C++).
+
+    Step ``t`` is :func:`lltm` on ``input[t]`` and the previous step's state,
+    starting from ``(h0, c0)``; the input projection of all steps is one GEMM,
+    and each step one recurrent GEMM and one fused kernel (on CUDA, at small
+    batch, one persistent kernel runs every step: see ``LLTM_SEQUENCE_PATH``
+    in the README).
+
+    Args:
+        input: ``[steps, batch, input_features]``.
+        weights: ``[3 * state_size, state_size + input_features]``, the cell's layout.
+        bias: ``[3 * state_size]`` or ``[1, 3 * state_size]``.
+        h0: ``[batch, state_size]``.
+        c0: ``[batch, state_size]``.
+
+    All five share one floating dtype (float32, float64, float16 or bfloat16)
+    and one device.
+
+    Returns:
+        ``(output, h_n, c_n)``: ``output[t]`` is ``h_t``, ``[steps, batch,
+        state_size]``; ``h_n`` and ``c_n`` are the last step's state,
+        ``[batch, state_size]`` (``h0`` and ``c0`` for zero steps).
+    """
+    return _sequence(input, weights, bias, h0, c0)
+
+
 # Looked up once: attribute lookups on torch.ops cost microseconds per call.
 _cell = torch.ops.lltm.cell.default
+_sequence = torch.ops.lltm.sequence.default
 
 
 # --- fake kernels -------------------------------------------------------------------------
@@ -229,5 +263,161 @@ def _cell_backward_fake(
     ]
     return tuple(
         new_cell.new_empty(shape) if wanted else None
+        for shape, wanted in zip(shapes, output_mask, strict=True)
+    )
+
+
+# --- fake kernels of the sequence ops ---------------------------------------------------
+
+
+def _check_sequence_same(op: str, tensors: dict[str, Tensor]) -> None:
+    first_name, first = next(iter(tensors.items()))
+    for name, t in tensors.items():
+        torch._check(
+            t.dtype == first.dtype,
+            lambda name=name: f"{op}: expected {name} to have the same dtype as {first_name}",
+        )
+        torch._check(
+            t.device == first.device,
+            lambda name=name: f"{op}: expected {name} to be on the same device as {first_name}",
+        )
+
+
+def _check_dim(op: str, name: str, t: Tensor, dim: int, layout: str) -> None:
+    torch._check(t.dim() == dim, lambda: f"{op}: expected {name} to be a {dim}-D tensor {layout}")
+
+
+_STEPS = "[steps, batch, input_features]"
+_STATE = "[batch, state_size]"
+_STATES = "[steps, batch, state_size]"
+_GATES = "[steps, batch, 3 * state_size]"
+_WEIGHTS = "[3 * state_size, state_size + input_features]"
+
+
+def _check_sequence_forward(
+    op: str,
+    input: Tensor,  # noqa: A002
+    weights: Tensor,
+    bias: Tensor,
+    h0: Tensor,
+    c0: Tensor,
+) -> tuple[int, int, int, int]:
+    _check_sequence_same(op, {"input": input, "weights": weights, "bias": bias, "h0": h0, "c0": c0})
+    _check_dim(op, "input", input, 3, _STEPS)
+    _check_dim(op, "h0", h0, 2, _STATE)
+    _check_dim(op, "c0", c0, 2, _STATE)
+    _check_dim(op, "weights", weights, 2, _WEIGHTS)
+    steps, batch, features = input.shape
+    state = h0.shape[1]
+    for name, t in (("h0", h0), ("c0", c0)):
+        torch._check(
+            t.shape == (batch, state),
+            lambda name=name: f"{op}: expected {name} to have shape {_STATE}",
+        )
+    torch._check(
+        weights.shape == (3 * state, state + features),
+        lambda: f"{op}: expected weights to have shape {_WEIGHTS}",
+    )
+    torch._check(
+        bias.numel() == 3 * state and bias.dim() in (1, 2),
+        lambda: f"{op}: expected bias to have shape [3 * state_size] or [1, 3 * state_size]",
+    )
+    return steps, batch, features, state
+
+
+@torch.library.register_fake("lltm::sequence")
+def _sequence_fake(
+    input: Tensor,  # noqa: A002
+    weights: Tensor,
+    bias: Tensor,
+    h0: Tensor,
+    c0: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
+    steps, batch, _, state = _check_sequence_forward("lltm::sequence", input, weights, bias, h0, c0)
+    return (
+        input.new_empty((steps, batch, state)),
+        input.new_empty((batch, state)),
+        input.new_empty((batch, state)),
+    )
+
+
+@torch.library.register_fake("lltm::sequence_forward")
+def _sequence_forward_fake(
+    input: Tensor,  # noqa: A002
+    weights: Tensor,
+    bias: Tensor,
+    h0: Tensor,
+    c0: Tensor,
+) -> tuple[Tensor, ...]:
+    steps, batch, _, state = _check_sequence_forward(
+        "lltm::sequence_forward", input, weights, bias, h0, c0
+    )
+    return (
+        input.new_empty((steps, batch, state)),
+        input.new_empty((batch, state)),
+        input.new_empty((batch, state)),
+        input.new_empty((steps, batch, state)),
+        input.new_empty((steps, batch, 3 * state)),
+    )
+
+
+@torch.library.register_fake("lltm::sequence_backward")
+def _sequence_backward_fake(
+    grad_output: Tensor | None,
+    grad_h_n: Tensor | None,
+    grad_c_n: Tensor | None,
+    input: Tensor,  # noqa: A002
+    weights: Tensor,
+    h0: Tensor,
+    output: Tensor,
+    cells: Tensor,
+    gates: Tensor,
+    output_mask: list[bool],
+) -> tuple[Tensor | None, ...]:
+    op = "lltm::sequence_backward"
+    tensors = {
+        "input": input,
+        "weights": weights,
+        "h0": h0,
+        "output": output,
+        "cells": cells,
+        "gates": gates,
+    }
+    grads = {"grad_output": grad_output, "grad_h_n": grad_h_n, "grad_c_n": grad_c_n}
+    _check_sequence_same(op, {**tensors, **{k: v for k, v in grads.items() if v is not None}})
+    _check_dim(op, "input", input, 3, _STEPS)
+    _check_dim(op, "h0", h0, 2, _STATE)
+    _check_dim(op, "weights", weights, 2, _WEIGHTS)
+    steps, batch, features = input.shape
+    state = h0.shape[1]
+    torch._check(
+        weights.shape == (3 * state, state + features),
+        lambda: f"{op}: expected weights to have shape {_WEIGHTS}",
+    )
+    for name, t in (("output", output), ("cells", cells), ("grad_output", grad_output)):
+        if t is not None:
+            torch._check(
+                t.shape == (steps, batch, state),
+                lambda name=name: f"{op}: expected {name} to have shape {_STATES}",
+            )
+    torch._check(
+        gates.shape == (steps, batch, 3 * state),
+        lambda: f"{op}: expected gates to have shape {_GATES}",
+    )
+    for name, t in (("grad_h_n", grad_h_n), ("grad_c_n", grad_c_n)):
+        if t is not None:
+            torch._check(
+                t.shape == (batch, state),
+                lambda name=name: f"{op}: expected {name} to have shape {_STATE}",
+            )
+    shapes = [
+        (steps, batch, features),
+        (3 * state, state + features),
+        (3 * state,),
+        (batch, state),
+        (batch, state),
+    ]
+    return tuple(
+        input.new_empty(shape) if wanted else None
         for shape, wanted in zip(shapes, output_mask, strict=True)
     )

@@ -1,0 +1,279 @@
+// The sequence ops on the CPU: per step one GEMM (BLAS) and the cell's
+// vectorized pointwise kernel (lltm_cpu_kernel_impl.h states its math),
+// split over threads by rows; sequence.cpp does the rest (sequence.h states
+// the math).
+#include "lltm_cpu_kernel.h"
+#include "sequence.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/addmm_cpu_dispatch.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mm_cpu_dispatch.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <array>
+
+namespace lltm::sequence {
+namespace {
+
+template <typename T>
+cpu::Strided<T> strided(const std::optional<at::Tensor>& t) {
+  if (!t) {
+    return {nullptr, 0, 0};
+  }
+  return {t->const_data_ptr<T>(), t->stride(0), t->stride(1)};
+}
+
+// Step t of a [T, B, S] operand, read through its strides.
+template <typename T>
+cpu::Strided<T> strided_step(const std::optional<at::Tensor>& t, int64_t step) {
+  if (!t) {
+    return {nullptr, 0, 0};
+  }
+  return {
+      t->const_data_ptr<T>() + step * t->stride(0), t->stride(1), t->stride(2)};
+}
+
+template <typename T>
+void forward_loop(
+    const Sizes& sizes,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& h0,
+    const at::Tensor& c0,
+    ForwardBuffers& buffers) {
+  const int64_t steps = sizes.steps;
+  const int64_t B = sizes.batch;
+  const int64_t S = sizes.state_size;
+  const int64_t BS = B * S;
+  // W_h^T, packed once: [S, 3S].
+  const at::Tensor w_h_t = weights_h(weights, S).t().contiguous();
+  const at::Tensor bias_c = bias.contiguous();
+  const at::Tensor c0_c = c0.contiguous();
+  const bool save = buffers.cells.defined();
+  T* gates = buffers.gates.mutable_data_ptr<T>();
+  T* output = buffers.output.mutable_data_ptr<T>();
+  T* cells = save ? buffers.cells.mutable_data_ptr<T>() : nullptr;
+  T* c_n = buffers.c_n.mutable_data_ptr<T>();
+  const auto& k = cpu::best_kernels<T>();
+  const int64_t grain = cpu::rows_per_task(S);
+  for (int64_t t = 0; t < steps; ++t) {
+    T* z = gates + t * B * 3 * S;
+    // The CPU kernel straight, past the dispatcher.
+    at::Tensor z_t = buffers.gates.select(0, t);
+    at::cpu::addmm_(z_t, t == 0 ? h0 : buffers.output.select(0, t - 1), w_h_t);
+    cpu::ForwardArgs<T> args{};
+    args.z = z;
+    args.ld_z = 3 * S;
+    args.bias = bias_c.const_data_ptr<T>();
+    // Without saving, c_t is written over c_{t-1} in c_n: the kernel reads
+    // each element of old_cell before it writes it in new_cell.
+    args.old_cell =
+        t == 0 ? c0_c.const_data_ptr<T>() : (save ? cells + (t - 1) * BS : c_n);
+    args.new_h = output + t * BS;
+    args.new_cell = save ? cells + t * BS : c_n;
+    if (save) {
+      // [i | o | g] over [Z_i | Z_o | Z_c], element for element.
+      args.input_gate = z;
+      args.output_gate = z + S;
+      args.candidate_cell = z + 2 * S;
+      args.ld_act = 3 * S;
+    }
+    args.state = S;
+    at::parallel_for(0, B, grain, [&](int64_t begin, int64_t end) {
+      k.forward(args, begin, end);
+    });
+  }
+  T* h_n = buffers.h_n.mutable_data_ptr<T>();
+  std::copy(output + (steps - 1) * BS, output + steps * BS, h_n);
+  if (save) {
+    std::copy(cells + (steps - 1) * BS, cells + steps * BS, c_n);
+  }
+}
+
+template <typename T>
+at::Tensor backward_loop(
+    const Sizes& sizes,
+    const std::optional<at::Tensor>& grad_output,
+    const std::optional<at::Tensor>& grad_h_n,
+    const std::optional<at::Tensor>& grad_c_n,
+    const at::Tensor& weights,
+    const at::Tensor& cells,
+    const at::Tensor& gates,
+    at::Tensor& d_gates) {
+  const int64_t steps = sizes.steps;
+  const int64_t B = sizes.batch;
+  const int64_t S = sizes.state_size;
+  const int64_t BS = B * S;
+  const at::Tensor w_h = weights_h(weights, S).contiguous(); // [3S, S]
+  const auto options = gates.options();
+  // dc_t, in turns: step t reads dc_t and writes dc_{t-1}; and the
+  // recurrent term dZ_{t+1} W_h.
+  const std::array<at::Tensor, 2> dc{
+      at::empty({B, S}, options), at::empty({B, S}, options)};
+  at::Tensor recurrent = at::empty({B, S}, options);
+  // grad_h_n joins grad_output[T - 1] as the dense second addend.
+  std::optional<at::Tensor> grad_h_n_dense;
+  if (grad_output && grad_h_n) {
+    grad_h_n_dense = grad_h_n->contiguous();
+  }
+  const std::array<T*, 2> dc_data{
+      dc[0].mutable_data_ptr<T>(), dc[1].mutable_data_ptr<T>()};
+  T* rec = recurrent.mutable_data_ptr<T>();
+  T* dz = d_gates.mutable_data_ptr<T>();
+  const T* act = gates.const_data_ptr<T>();
+  const T* cell = cells.const_data_ptr<T>();
+  const auto& k = cpu::best_kernels<T>();
+  const int64_t grain = cpu::rows_per_task(S);
+  for (int64_t t = steps - 1; t >= 0; --t) {
+    cpu::BackwardArgs<T> args{};
+    args.grad_h = strided_step<T>(grad_output, t);
+    if (t == steps - 1) {
+      if (!grad_output) {
+        args.grad_h = strided<T>(grad_h_n);
+      } else if (grad_h_n_dense) {
+        args.grad_h_add = grad_h_n_dense->const_data_ptr<T>();
+        args.ld_grad_h_add = S;
+      }
+      args.grad_cell = strided<T>(grad_c_n);
+    } else {
+      args.grad_h_add = rec;
+      args.ld_grad_h_add = S;
+      args.grad_cell = {dc_data[(t + 1) % 2], S, 1};
+    }
+    args.new_cell = cell + t * BS;
+    args.input_gate = act + t * B * 3 * S;
+    args.output_gate = args.input_gate + S;
+    args.candidate_cell = args.input_gate + 2 * S;
+    args.ld_act = 3 * S;
+    args.d_gates = dz + t * B * 3 * S;
+    args.d_old_cell = dc_data[t % 2];
+    args.d_bias_sum = nullptr; // summed over all steps at the end
+    args.state = S;
+    at::parallel_for(0, B, grain, [&](int64_t begin, int64_t end) {
+      k.backward(args, begin, end);
+    });
+    if (t > 0) {
+      at::cpu::mm_out(recurrent, d_gates.select(0, t), w_h);
+    }
+  }
+  return dc[0];
+}
+
+// The step loops, with raw pointers for the pointwise kernels and the CPU
+// GEMM kernels called past the dispatcher: at a small batch a step is a few
+// microseconds of work, and each ATen op adds about one.
+const StepLoops& cpu_steps() {
+  static const StepLoops loops{
+      [](const Sizes& sizes,
+         const at::Tensor& weights,
+         const at::Tensor& bias,
+         const at::Tensor& h0,
+         const at::Tensor& c0,
+         ForwardBuffers& b) {
+        AT_DISPATCH_FLOATING_TYPES_AND2(
+            at::kHalf,
+            at::kBFloat16,
+            weights.scalar_type(),
+            "lltm_sequence_cpu",
+            [&] { forward_loop<scalar_t>(sizes, weights, bias, h0, c0, b); });
+      },
+      [](const Sizes& sizes,
+         const std::optional<at::Tensor>& grad_output,
+         const std::optional<at::Tensor>& grad_h_n,
+         const std::optional<at::Tensor>& grad_c_n,
+         const at::Tensor& weights,
+         const at::Tensor& cells,
+         const at::Tensor& gates,
+         at::Tensor& d_gates) {
+        at::Tensor d_c0;
+        AT_DISPATCH_FLOATING_TYPES_AND2(
+            at::kHalf,
+            at::kBFloat16,
+            weights.scalar_type(),
+            "lltm_sequence_backward_cpu",
+            [&] {
+              d_c0 = backward_loop<scalar_t>(
+                  sizes,
+                  grad_output,
+                  grad_h_n,
+                  grad_c_n,
+                  weights,
+                  cells,
+                  gates,
+                  d_gates);
+            });
+        return d_c0;
+      }};
+  return loops;
+}
+
+Result sequence_cpu(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& h0,
+    const at::Tensor& c0) {
+  const Sizes sizes =
+      check_forward_args(input, weights, bias, h0, c0, "lltm::sequence");
+  return sequence_steps(sizes, input, weights, bias, h0, c0, cpu_steps());
+}
+
+ForwardResult sequence_forward_cpu(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& h0,
+    const at::Tensor& c0) {
+  const Sizes sizes = check_forward_args(
+      input, weights, bias, h0, c0, "lltm::sequence_forward");
+  return sequence_forward_steps(
+      sizes, input, weights, bias, h0, c0, cpu_steps());
+}
+
+BackwardResult sequence_backward_cpu(
+    const std::optional<at::Tensor>& grad_output,
+    const std::optional<at::Tensor>& grad_h_n,
+    const std::optional<at::Tensor>& grad_c_n,
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& h0,
+    const at::Tensor& output,
+    const at::Tensor& cells,
+    const at::Tensor& gates,
+    OutputMask mask) {
+  const Sizes sizes = check_backward_args(
+      grad_output,
+      grad_h_n,
+      grad_c_n,
+      input,
+      weights,
+      h0,
+      output,
+      cells,
+      gates);
+  return sequence_backward_steps(
+      sizes,
+      grad_output,
+      grad_h_n,
+      grad_c_n,
+      input,
+      weights,
+      h0,
+      output,
+      cells.contiguous(),
+      gates.contiguous(),
+      mask,
+      cpu_steps());
+}
+
+} // namespace
+} // namespace lltm::sequence
+
+TORCH_LIBRARY_IMPL(lltm, CPU, m) {
+  m.impl("sequence", &lltm::sequence::sequence_cpu);
+  m.impl("sequence_forward", &lltm::sequence::sequence_forward_cpu);
+  m.impl("sequence_backward", &lltm::sequence::sequence_backward_cpu);
+}

@@ -1,0 +1,414 @@
+// The sequence ops on CUDA: a C++ layer over two ways to run the steps.
+//
+//   persistent  one cooperative kernel per direction runs all T steps with
+//               W_h in shared memory (cuda/lltm_sequence.cu states the
+//               math); cuBLAS GEMMs around it: the input projection before
+//               the forward, d_weights and d_input after the backward
+//   steps       per step, one cuBLAS GEMM and the cell's pointwise kernel
+//               (cuda/lltm_kernel.cu), the loops of sequence.cpp
+//
+// LLTM_SEQUENCE_PATH (auto, persistent or steps; read at each call) picks
+// one. auto takes the persistent kernel when W_h's slices fit on the
+// device's multiprocessors and the batch is small, where a step is a few
+// microseconds of work and a launch per step would cost more than the
+// step: batch * state_size <= 65536, an estimate from the work per step
+// that the benchmark's persistent and steps rows are there to settle.
+// Either direction may take either path: both save the same tensors.
+//
+// Each call validates its inputs with the shared checks, sets the device,
+// and launches on the current stream of the inputs' device.
+#include "sequence.h"
+
+#include "../cuda/lltm_kernel.h"
+#include "../cuda/lltm_sequence.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <torch/library.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace lltm::sequence {
+namespace {
+
+// The kernel library's element type for an ATen scalar type (same layout).
+template <typename scalar_t>
+struct KernelType {
+  using type = scalar_t;
+};
+template <>
+struct KernelType<c10::Half> {
+  using type = __half;
+};
+template <>
+struct KernelType<c10::BFloat16> {
+  using type = __nv_bfloat16;
+};
+
+template <typename scalar_t>
+using kernel_t = typename KernelType<scalar_t>::type;
+
+template <typename scalar_t>
+const kernel_t<scalar_t>* in(const at::Tensor& t) {
+  return reinterpret_cast<const kernel_t<scalar_t>*>(
+      t.const_data_ptr<scalar_t>());
+}
+
+template <typename scalar_t>
+kernel_t<scalar_t>* out(const at::Tensor& t) {
+  return reinterpret_cast<kernel_t<scalar_t>*>(t.mutable_data_ptr<scalar_t>());
+}
+
+template <typename scalar_t>
+kernel_t<scalar_t>* out_or_null(const at::Tensor& t) {
+  return t.defined() ? out<scalar_t>(t) : nullptr;
+}
+
+template <typename scalar_t>
+cuda::Strided<kernel_t<scalar_t>> strided(const std::optional<at::Tensor>& t) {
+  if (!t) {
+    return {nullptr, 0, 0};
+  }
+  return {in<scalar_t>(*t), t->stride(0), t->stride(1)};
+}
+
+template <typename scalar_t>
+cuda::Strided3<kernel_t<scalar_t>> strided3(
+    const std::optional<at::Tensor>& t) {
+  if (!t) {
+    return {nullptr, 0, 0, 0};
+  }
+  return {in<scalar_t>(*t), t->stride(0), t->stride(1), t->stride(2)};
+}
+
+// --- the per-step path: the cell's pointwise kernels -------------------------
+
+void step_forward(
+    at::Tensor& z,
+    const at::Tensor& bias,
+    const at::Tensor& old_cell,
+    at::Tensor& new_h,
+    at::Tensor& new_cell,
+    bool save) {
+  const int64_t S = new_h.size(1);
+  const at::Tensor bias_c = bias.contiguous();
+  const at::Tensor old_cell_c = old_cell.contiguous();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, z.scalar_type(), "lltm_sequence_cuda", [&] {
+        cuda::ForwardArgs<kernel_t<scalar_t>> args{};
+        args.z = in<scalar_t>(z);
+        args.ld_z = z.stride(0);
+        args.bias = in<scalar_t>(bias_c);
+        args.old_cell = in<scalar_t>(old_cell_c);
+        args.new_h = out<scalar_t>(new_h);
+        args.new_cell = out<scalar_t>(new_cell);
+        if (save) {
+          // [i | o | g] over [Z_i | Z_o | Z_c], element for element.
+          kernel_t<scalar_t>* act = out<scalar_t>(z);
+          args.input_gate = act;
+          args.output_gate = act + S;
+          args.candidate_cell = act + 2 * S;
+          args.ld_act = z.stride(0);
+        }
+        args.batch = new_h.size(0);
+        args.state = S;
+        C10_CUDA_CHECK(cuda::launch_forward(args, stream));
+      });
+}
+
+void step_backward(
+    const std::optional<at::Tensor>& grad_h,
+    const std::optional<at::Tensor>& grad_h_add,
+    const std::optional<at::Tensor>& grad_cell,
+    const at::Tensor& new_cell,
+    const at::Tensor& gates,
+    at::Tensor& d_gates,
+    at::Tensor& d_old_cell) {
+  const int64_t S = new_cell.size(1);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf,
+      at::kBFloat16,
+      new_cell.scalar_type(),
+      "lltm_sequence_backward_cuda",
+      [&] {
+        cuda::BackwardArgs<kernel_t<scalar_t>> args{};
+        args.grad_h = strided<scalar_t>(grad_h);
+        args.grad_cell = strided<scalar_t>(grad_cell);
+        args.new_cell = in<scalar_t>(new_cell);
+        const kernel_t<scalar_t>* act = in<scalar_t>(gates);
+        args.input_gate = act;
+        args.output_gate = act + S;
+        args.candidate_cell = act + 2 * S;
+        args.ld_act = gates.stride(0);
+        args.d_gates = out<scalar_t>(d_gates);
+        args.d_old_cell = out<scalar_t>(d_old_cell);
+        args.d_bias = nullptr; // summed over all steps at the end
+        args.batch = new_cell.size(0);
+        args.state = S;
+        if (grad_h_add) {
+          args.grad_h_add = in<scalar_t>(*grad_h_add);
+          args.ld_grad_h_add = grad_h_add->stride(0);
+        }
+        // Without d_bias the kernel needs no workspace.
+        C10_CUDA_CHECK(cuda::launch_backward(args, nullptr, stream));
+      });
+}
+
+constexpr StepKernels kCudaKernels{&step_forward, &step_backward};
+
+const StepLoops& cuda_steps() {
+  static const StepLoops loops = aten_step_loops(kCudaKernels);
+  return loops;
+}
+
+// --- choosing the path -------------------------------------------------------
+
+enum class Path { kAuto, kPersistent, kSteps };
+
+Path requested_path() {
+  const char* value = std::getenv("LLTM_SEQUENCE_PATH");
+  if (value == nullptr || *value == '\0' || std::strcmp(value, "auto") == 0) {
+    return Path::kAuto;
+  }
+  if (std::strcmp(value, "persistent") == 0) {
+    return Path::kPersistent;
+  }
+  if (std::strcmp(value, "steps") == 0) {
+    return Path::kSteps;
+  }
+  TORCH_CHECK_VALUE(
+      false,
+      "LLTM_SEQUENCE_PATH=",
+      std::string(value),
+      ": expected auto, persistent or steps (or unset, which is auto)");
+  return Path::kAuto;
+}
+
+// The largest batch * state_size that auto runs in the persistent kernel.
+constexpr int64_t kPersistentMaxElements = 65536;
+
+bool use_persistent(
+    const Sizes& sizes,
+    at::ScalarType dtype,
+    bool backward,
+    const char* op) {
+  const Path path = requested_path();
+  const int64_t B = sizes.batch;
+  const int64_t S = sizes.state_size;
+  // Nothing to run: the steps path handles empty problems.
+  if (path == Path::kSteps || sizes.steps == 0 || B == 0 || S == 0) {
+    return false;
+  }
+  if (path == Path::kAuto && B * S > kPersistentMaxElements) {
+    return false;
+  }
+  bool fits = false;
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, dtype, "lltm_sequence_fits", [&] {
+        fits =
+            cuda::sequence_persistent_fits<kernel_t<scalar_t>>(B, S, backward);
+      });
+  if (path == Path::kPersistent) {
+    TORCH_CHECK(
+        fits,
+        op,
+        ": LLTM_SEQUENCE_PATH=persistent, but the persistent kernel cannot "
+        "run batch = ",
+        std::to_string(B),
+        ", state_size = ",
+        std::to_string(S),
+        " in ",
+        std::string(c10::getDtypeNames(dtype).first),
+        " on this GPU (W_h's slices do not fit in the shared memory of its "
+        "multiprocessors, or it has no cooperative launch): unset it, or "
+        "set it to auto or steps");
+    return true;
+  }
+  return fits;
+}
+
+// --- the persistent path -----------------------------------------------------
+
+void persistent_forward(
+    const Sizes& sizes,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& h0,
+    const at::Tensor& c0,
+    ForwardBuffers& b) {
+  // W_h's rows are read with unit column stride.
+  const at::Tensor w = weights.stride(1) == 1 ? weights : weights.contiguous();
+  const at::Tensor bias_c = bias.contiguous();
+  const at::Tensor h0_c = h0.contiguous();
+  const at::Tensor c0_c = c0.contiguous();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, w.scalar_type(), "lltm_sequence_cuda", [&] {
+        cuda::SequenceForwardArgs<kernel_t<scalar_t>> args{};
+        args.gates = out<scalar_t>(b.gates);
+        args.w = in<scalar_t>(w);
+        args.ld_w = w.stride(0);
+        args.bias = in<scalar_t>(bias_c);
+        args.h0 = in<scalar_t>(h0_c);
+        args.c0 = in<scalar_t>(c0_c);
+        args.output = out<scalar_t>(b.output);
+        args.cells = out_or_null<scalar_t>(b.cells);
+        args.h_n = out<scalar_t>(b.h_n);
+        args.c_n = out<scalar_t>(b.c_n);
+        args.steps = sizes.steps;
+        args.batch = sizes.batch;
+        args.state = sizes.state_size;
+        C10_CUDA_CHECK(cuda::launch_sequence_forward(args, stream));
+      });
+}
+
+Result sequence_cuda(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& h0,
+    const at::Tensor& c0) {
+  constexpr const char* op = "lltm::sequence";
+  const Sizes sizes = check_forward_args(input, weights, bias, h0, c0, op);
+  const c10::cuda::CUDAGuard device_guard(input.device());
+  if (!use_persistent(sizes, input.scalar_type(), false, op)) {
+    return sequence_steps(sizes, input, weights, bias, h0, c0, cuda_steps());
+  }
+  ForwardBuffers b = prepare_forward(sizes, input, weights, /*save=*/false);
+  persistent_forward(sizes, weights, bias, h0, c0, b);
+  return {b.output, b.h_n, b.c_n};
+}
+
+ForwardResult sequence_forward_cuda(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& h0,
+    const at::Tensor& c0) {
+  constexpr const char* op = "lltm::sequence_forward";
+  const Sizes sizes = check_forward_args(input, weights, bias, h0, c0, op);
+  const c10::cuda::CUDAGuard device_guard(input.device());
+  if (!use_persistent(sizes, input.scalar_type(), false, op)) {
+    return sequence_forward_steps(
+        sizes, input, weights, bias, h0, c0, cuda_steps());
+  }
+  ForwardBuffers b = prepare_forward(sizes, input, weights, /*save=*/true);
+  persistent_forward(sizes, weights, bias, h0, c0, b);
+  return {b.output, b.h_n, b.c_n, b.cells, b.gates};
+}
+
+BackwardResult sequence_backward_cuda(
+    const std::optional<at::Tensor>& grad_output,
+    const std::optional<at::Tensor>& grad_h_n,
+    const std::optional<at::Tensor>& grad_c_n,
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& h0,
+    const at::Tensor& output,
+    const at::Tensor& cells,
+    const at::Tensor& gates,
+    OutputMask mask) {
+  constexpr const char* op = "lltm::sequence_backward";
+  const Sizes sizes = check_backward_args(
+      grad_output,
+      grad_h_n,
+      grad_c_n,
+      input,
+      weights,
+      h0,
+      output,
+      cells,
+      gates);
+  const c10::cuda::CUDAGuard device_guard(input.device());
+  const at::Tensor cells_c = cells.contiguous();
+  const at::Tensor gates_c = gates.contiguous();
+  if (!use_persistent(sizes, input.scalar_type(), true, op)) {
+    return sequence_backward_steps(
+        sizes,
+        grad_output,
+        grad_h_n,
+        grad_c_n,
+        input,
+        weights,
+        h0,
+        output,
+        cells_c,
+        gates_c,
+        mask,
+        cuda_steps());
+  }
+  const auto options = gates.options();
+  const int64_t B = sizes.batch;
+  const int64_t S = sizes.state_size;
+  at::Tensor d_gates = at::empty(gates.sizes(), options);
+  at::Tensor d_h0;
+  at::Tensor d_c0;
+  if (mask[3]) {
+    d_h0 = at::empty({B, S}, options);
+  }
+  if (mask[4]) {
+    d_c0 = at::empty({B, S}, options);
+  }
+  const at::Tensor w = weights.stride(1) == 1 ? weights : weights.contiguous();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf,
+      at::kBFloat16,
+      w.scalar_type(),
+      "lltm_sequence_backward_cuda",
+      [&] {
+        cuda::SequenceBackwardArgs<kernel_t<scalar_t>> args{};
+        args.grad_output = strided3<scalar_t>(grad_output);
+        args.grad_h_n = strided<scalar_t>(grad_h_n);
+        args.grad_c_n = strided<scalar_t>(grad_c_n);
+        args.w = in<scalar_t>(w);
+        args.ld_w = w.stride(0);
+        args.cells = in<scalar_t>(cells_c);
+        args.gates = in<scalar_t>(gates_c);
+        args.d_gates = out<scalar_t>(d_gates);
+        args.d_h0 = out_or_null<scalar_t>(d_h0);
+        args.d_c0 = out_or_null<scalar_t>(d_c0);
+        args.steps = sizes.steps;
+        args.batch = B;
+        args.state = S;
+        // dc, the running cell gradient, from the caching allocator.
+        const at::Tensor workspace = at::empty(
+            {static_cast<int64_t>(
+                cuda::sequence_backward_workspace_size(args))},
+            options.dtype(at::kByte));
+        C10_CUDA_CHECK(
+            cuda::launch_sequence_backward(
+                args, workspace.mutable_data_ptr(), stream));
+      });
+  return finish_backward(
+      sizes,
+      d_gates,
+      input,
+      weights,
+      h0,
+      output,
+      d_c0,
+      mask,
+      mask[3] ? std::optional<at::Tensor>(d_h0) : std::nullopt);
+}
+
+} // namespace
+} // namespace lltm::sequence
+
+TORCH_LIBRARY_IMPL(lltm, CUDA, m) {
+  m.impl("sequence", &lltm::sequence::sequence_cuda);
+  m.impl("sequence_forward", &lltm::sequence::sequence_forward_cuda);
+  m.impl("sequence_backward", &lltm::sequence::sequence_backward_cuda);
+}

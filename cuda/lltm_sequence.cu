@@ -1,0 +1,562 @@
+// Persistent LLTM sequence kernels (Diamos et al., "Persistent RNNs", ICML
+// 2016): one cooperative launch runs all T steps of a layer, with a grid-wide
+// barrier between steps, so that neither a launch nor a load of the
+// recurrent weights from global memory is paid per step.
+//
+// Forward, step t (P_t = input_t W_x^T comes from cuBLAS, before):
+//   Z = P_t + b + h_{t-1} W_h^T,  Z = [Z_i | Z_o | Z_c]
+//   i = sigmoid(Z_i)   o = sigmoid(Z_o)   g = elu(Z_c)
+//   c_t = c_{t-1} + g * i            h_t = tanh(c_t) * o
+// Backward, step t from T - 1 down to 0, with t_c = tanh(c_t):
+//   gh = grad_output[t] + (dZ_{t+1} W_h, or grad_h_n at t = T - 1)
+//   gc = dc_t (grad_c_n at t = T - 1)
+//   dc_{t-1} = (1 - t_c^2) * o * gh + gc
+//   dZ_i = dc_{t-1} * g * i * (1 - i)    dZ_o = gh * t_c * o * (1 - o)
+//   dZ_c = dc_{t-1} * i * elu'(Z_c),  elu'(z) = 1 if z > 0 else g + 1
+// then d_h0 = dZ_0 W_h and d_c0 = dc_{-1}. d_weights, d_input and d_bias
+// follow in cuBLAS and ATen from the dZ of all steps.
+//
+// Work split: block x owns the J state columns [x J, x J + J). Its shared
+// memory holds the 3 J rows of W_h those columns need (forward: rows
+// g S + j; backward: the columns j of every row, for dZ W_h), transposed to
+// [k][g J + j] so that a warp reads adjacent words, and a tile of rows of
+// h_{t-1} (forward) or dZ_{t+1} (backward), which every block reads whole
+// from global memory (L2) after the barrier. A thread computes its (row,
+// column) items: the three dot products over k, then the pointwise math in
+// registers. The same thread owns the same items at every step, so c_t (and
+// in the backward dc) pass from step to step without a barrier.
+//
+// float16 and bfloat16 are computed in float, W_h is kept in shared memory
+// in that type; h_t, c_t and dZ are stored in T between steps, as in the
+// per-step path.
+#include "lltm_sequence.h"
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+namespace lltm::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 256;
+
+// The math type and the conversions, as in lltm_kernel.cu (whose helpers
+// are private to that file).
+template <typename T>
+struct OpMath {
+  using type = T;
+};
+template <>
+struct OpMath<__half> {
+  using type = float;
+};
+template <>
+struct OpMath<__nv_bfloat16> {
+  using type = float;
+};
+template <typename T>
+using acc_t = typename OpMath<T>::type;
+
+__device__ __forceinline__ float exp_(float x) {
+  return expf(x);
+}
+__device__ __forceinline__ double exp_(double x) {
+  return exp(x);
+}
+__device__ __forceinline__ float expm1_(float x) {
+  return expm1f(x);
+}
+__device__ __forceinline__ double expm1_(double x) {
+  return expm1(x);
+}
+__device__ __forceinline__ float tanh_(float x) {
+  return tanhf(x);
+}
+__device__ __forceinline__ double tanh_(double x) {
+  return tanh(x);
+}
+
+template <typename A>
+__device__ __forceinline__ A sigmoid(A z) {
+  return A(1) / (A(1) + exp_(-z));
+}
+
+template <typename A>
+__device__ __forceinline__ A elu(A z) {
+  return z > A(0) ? z : expm1_(z);
+}
+
+__device__ __forceinline__ float widen(float x) {
+  return x;
+}
+__device__ __forceinline__ double widen(double x) {
+  return x;
+}
+__device__ __forceinline__ float widen(__half x) {
+  return __half2float(x);
+}
+__device__ __forceinline__ float widen(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
+__device__ __forceinline__ float narrow(float v, float*) {
+  return v;
+}
+__device__ __forceinline__ double narrow(double v, double*) {
+  return v;
+}
+__device__ __forceinline__ __half narrow(float v, __half*) {
+  return __float2half(v);
+}
+__device__ __forceinline__ __nv_bfloat16 narrow(float v, __nv_bfloat16*) {
+  return __float2bfloat16(v);
+}
+
+template <typename T>
+__device__ __forceinline__ void put(T* p, acc_t<T> v) {
+  *p = narrow(v, static_cast<T*>(nullptr));
+}
+
+// Data that other blocks wrote in this launch, before the last barrier:
+// read past L1, which is not coherent across multiprocessors.
+template <typename T>
+__device__ __forceinline__ acc_t<T> load_shared_data(const T* p) {
+  return widen(__ldcg(p));
+}
+
+template <typename T>
+__device__ __forceinline__ acc_t<T> load(
+    const Strided<T>& m,
+    int64_t row,
+    int64_t col) {
+  return m.data == nullptr
+      ? acc_t<T>(0)
+      : widen(m.data[row * m.row_stride + col * m.col_stride]);
+}
+
+template <typename T>
+__device__ __forceinline__ acc_t<T> load(
+    const Strided3<T>& m,
+    int64_t step,
+    int64_t row,
+    int64_t col) {
+  return m.data == nullptr
+      ? acc_t<T>(0)
+      : widen(m.data
+                  [step * m.step_stride + row * m.row_stride +
+                   col * m.col_stride]);
+}
+
+// How the problem is cut: `columns` (J) state columns per block, tiles of
+// `rows` rows of `ld` elements (odd: the rows of a tile fall in different
+// banks) after the 3 J S elements of W_h.
+struct Tiling {
+  int columns;
+  int rows;
+  int ld;
+};
+
+// W_h's slice of this block into shared memory, as w_s[k * 3J + g J + jl]:
+// forward: W_h[g S + j][k]; backward: W_h[g S + k][j] (j = j0 + jl; zero
+// past the last column).
+template <typename T, bool Backward>
+__device__ void load_weights(
+    acc_t<T>* w_s,
+    const T* w,
+    int64_t ld_w,
+    int S,
+    int J,
+    int j0) {
+  const int width = 3 * J;
+  for (int e = threadIdx.x; e < S * width; e += blockDim.x) {
+    const int k = e / width;
+    const int r = e - k * width;
+    const int g = r / J;
+    const int j = j0 + (r - g * J);
+    acc_t<T> v = 0;
+    if (j < S) {
+      const int64_t row = Backward ? int64_t(g) * S + k : int64_t(g) * S + j;
+      const int64_t col = Backward ? j : k;
+      v = widen(w[row * ld_w + col]);
+    }
+    w_s[e] = v;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    sequence_forward_kernel(const SequenceForwardArgs<T> a, const Tiling p) {
+  using A = acc_t<T>;
+  cg::grid_group grid = cg::this_grid();
+  extern __shared__ __align__(16) unsigned char shared[];
+  const int S = static_cast<int>(a.state);
+  const int J = p.columns;
+  const int width = 3 * J;
+  const int j0 = static_cast<int>(blockIdx.x) * J;
+  A* w_s = reinterpret_cast<A*>(shared);
+  A* h_s = w_s + S * width;
+  load_weights<T, false>(w_s, a.w, a.ld_w, S, J, j0);
+  const int64_t B = a.batch;
+  const int64_t BS = B * S;
+  const bool save = a.cells != nullptr;
+  for (int64_t t = 0; t < a.steps; ++t) {
+    const T* h_prev = t == 0 ? a.h0 : a.output + (t - 1) * BS;
+    const T* c_prev = t == 0 ? a.c0 : (save ? a.cells + (t - 1) * BS : a.c_n);
+    T* c_out = save ? a.cells + t * BS : a.c_n;
+    T* h_out = a.output + t * BS;
+    T* z_t = a.gates + t * B * 3 * S;
+    const bool last = t == a.steps - 1;
+    for (int64_t b0 = 0; b0 < B; b0 += p.rows) {
+      const int rows = static_cast<int>(B - b0 < p.rows ? B - b0 : p.rows);
+      __syncthreads(); // the last tile's readers are done (and W_h is in)
+      for (int e = threadIdx.x; e < rows * S; e += blockDim.x) {
+        const int r = e / S;
+        h_s[r * p.ld + (e - r * S)] = load_shared_data(h_prev + b0 * S + e);
+      }
+      __syncthreads();
+      for (int item = threadIdx.x; item < rows * J; item += blockDim.x) {
+        const int r = item / J;
+        const int jl = item - r * J;
+        const int j = j0 + jl;
+        if (j >= S) {
+          continue;
+        }
+        const A* h_r = h_s + r * p.ld;
+        const A* w_j = w_s + jl;
+        A zi = 0, zo = 0, zc = 0;
+        for (int k = 0; k < S; ++k) {
+          const A h = h_r[k];
+          const A* w_k = w_j + k * width;
+          zi += h * w_k[0];
+          zo += h * w_k[J];
+          zc += h * w_k[2 * J];
+        }
+        const int64_t b = b0 + r;
+        T* z = z_t + b * 3 * S;
+        zi += widen(z[j]) + widen(a.bias[j]);
+        zo += widen(z[S + j]) + widen(a.bias[S + j]);
+        zc += widen(z[2 * S + j]) + widen(a.bias[2 * S + j]);
+        const A i = sigmoid(zi);
+        const A o = sigmoid(zo);
+        const A g = elu(zc);
+        const int64_t at = b * S + j;
+        const A c = widen(c_prev[at]) + g * i;
+        const A h = tanh_(c) * o;
+        put(c_out + at, c);
+        put(h_out + at, h);
+        if (save) {
+          put(z + j, i);
+          put(z + S + j, o);
+          put(z + 2 * S + j, g);
+        }
+        if (last) {
+          put(a.h_n + at, h);
+          put(a.c_n + at, c);
+        }
+      }
+    }
+    grid.sync(); // h_t is complete before any block reads it
+  }
+}
+
+// Steps t = T - 1 down to 0, then, with d_h0, a last pass that only
+// computes dZ_0 W_h. dc, the running cell gradient, is in the workspace.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
+    const SequenceBackwardArgs<T> a,
+    const Tiling p,
+    acc_t<T>* __restrict__ dc) {
+  using A = acc_t<T>;
+  cg::grid_group grid = cg::this_grid();
+  extern __shared__ __align__(16) unsigned char shared[];
+  const int S = static_cast<int>(a.state);
+  const int J = p.columns;
+  const int width = 3 * J;
+  const int j0 = static_cast<int>(blockIdx.x) * J;
+  A* w_s = reinterpret_cast<A*>(shared);
+  A* dz_s = w_s + S * width;
+  load_weights<T, true>(w_s, a.w, a.ld_w, S, J, j0);
+  const int64_t B = a.batch;
+  const int64_t G = 3 * static_cast<int64_t>(S); // dZ's row length
+  const int64_t end = a.d_h0 != nullptr ? -1 : 0;
+  for (int64_t t = a.steps - 1; t >= end; --t) {
+    const bool last = t == a.steps - 1;
+    const T* dz_next = last ? nullptr : a.d_gates + (t + 1) * B * G;
+    for (int64_t b0 = 0; b0 < B; b0 += p.rows) {
+      const int rows = static_cast<int>(B - b0 < p.rows ? B - b0 : p.rows);
+      if (!last) {
+        __syncthreads(); // the last tile's readers are done (and W_h is in)
+        for (int e = threadIdx.x; e < rows * 3 * S; e += blockDim.x) {
+          const int r = e / (3 * S);
+          dz_s[r * p.ld + (e - r * 3 * S)] =
+              load_shared_data(dz_next + b0 * G + e);
+        }
+        __syncthreads();
+      }
+      for (int item = threadIdx.x; item < rows * J; item += blockDim.x) {
+        const int r = item / J;
+        const int jl = item - r * J;
+        const int j = j0 + jl;
+        if (j >= S) {
+          continue;
+        }
+        const int64_t b = b0 + r;
+        const int64_t at = b * S + j;
+        A recurrent = 0; // dZ_{t+1} W_h at (b, j)
+        if (!last) {
+          const A* dz_r = dz_s + r * p.ld;
+          const A* w_j = w_s + jl;
+          A ri = 0, ro = 0, rc = 0;
+          for (int k = 0; k < S; ++k) {
+            const A* w_k = w_j + k * width;
+            ri += dz_r[k] * w_k[0];
+            ro += dz_r[S + k] * w_k[J];
+            rc += dz_r[2 * S + k] * w_k[2 * J];
+          }
+          recurrent = ri + ro + rc;
+        }
+        if (t < 0) {
+          put(a.d_h0 + at, recurrent);
+          continue;
+        }
+        const A gh = load(a.grad_output, t, b, j) +
+            (last ? load(a.grad_h_n, b, j) : recurrent);
+        const A gc = last ? load(a.grad_c_n, b, j) : dc[at];
+        const T* act = a.gates + (t * B + b) * G;
+        const A i = widen(act[j]);
+        const A o = widen(act[S + j]);
+        const A g = widen(act[2 * S + j]);
+        const A tc = tanh_(widen(a.cells[t * B * S + at]));
+        const A d_cell = (A(1) - tc * tc) * o * gh + gc;
+        T* dz = a.d_gates + (t * B + b) * G;
+        put(dz + j, d_cell * g * i * (A(1) - i));
+        put(dz + S + j, gh * tc * o * (A(1) - o));
+        put(dz + 2 * S + j, d_cell * i * (g > A(0) ? A(1) : g + A(1)));
+        dc[at] = d_cell;
+        if (t == 0 && a.d_c0 != nullptr) {
+          put(a.d_c0 + at, d_cell);
+        }
+      }
+    }
+    grid.sync(); // dZ_t is complete before any block reads it
+  }
+}
+
+// What the device offers, asked once per device.
+struct DeviceLimits {
+  int device;
+  int multiprocessors;
+  int shared_bytes; // per block, with the opt-in
+  bool cooperative;
+};
+
+size_t device_slot(const DeviceLimits& limits) {
+  return static_cast<size_t>(limits.device) % 64;
+}
+
+cudaError_t device_limits(DeviceLimits* out) {
+  static std::array<std::atomic<int>, 64> sms{};
+  static std::array<std::atomic<int>, 64> shared{};
+  static std::array<std::atomic<int>, 64> coop{};
+  int device = 0;
+  cudaError_t status = cudaGetDevice(&device);
+  if (status != cudaSuccess) {
+    return status;
+  }
+  const size_t slot = static_cast<size_t>(device) % sms.size();
+  if (sms[slot].load(std::memory_order_acquire) == 0) {
+    int n = 0, bytes = 0, can = 0;
+    if ((status = cudaDeviceGetAttribute(
+             &bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) !=
+            cudaSuccess ||
+        (status = cudaDeviceGetAttribute(
+             &can, cudaDevAttrCooperativeLaunch, device)) != cudaSuccess ||
+        (status = cudaDeviceGetAttribute(
+             &n, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) {
+      return status;
+    }
+    shared[slot].store(bytes, std::memory_order_relaxed);
+    coop[slot].store(can, std::memory_order_relaxed);
+    sms[slot].store(n, std::memory_order_release);
+  }
+  out->device = device;
+  out->multiprocessors = sms[slot].load(std::memory_order_acquire);
+  out->shared_bytes = shared[slot].load(std::memory_order_relaxed);
+  out->cooperative = coop[slot].load(std::memory_order_relaxed) != 0;
+  return cudaSuccess;
+}
+
+struct Plan {
+  bool fits;
+  Tiling tiling;
+  int blocks;
+  size_t shared_bytes;
+};
+
+template <typename T, bool Backward>
+const void* kernel_of() {
+  if constexpr (Backward) {
+    return reinterpret_cast<const void*>(&sequence_backward_kernel<T>);
+  } else {
+    return reinterpret_cast<const void*>(&sequence_forward_kernel<T>);
+  }
+}
+
+// Columns per block: at least enough that one block per multiprocessor
+// covers the state, and, where shared memory allows, enough that a block
+// has an item per thread at small batch (fewer blocks make a cheaper
+// barrier).
+template <typename T, bool Backward>
+cudaError_t plan(int64_t batch, int64_t state, Plan* out) {
+  using A = acc_t<T>;
+  *out = Plan{};
+  if (batch <= 0 || state <= 0) {
+    return cudaSuccess;
+  }
+  DeviceLimits limits{};
+  cudaError_t status = device_limits(&limits);
+  if (status != cudaSuccess || !limits.cooperative ||
+      limits.multiprocessors <= 0) {
+    return status;
+  }
+  const int64_t sms = limits.multiprocessors;
+  const int64_t row_length = Backward ? 3 * state : state;
+  const int64_t ld = row_length % 2 == 0 ? row_length + 1 : row_length;
+  const int64_t row_bytes = ld * int64_t(sizeof(A));
+  const int64_t column_bytes = 3 * state * int64_t(sizeof(A)); // of W_h
+  // At least one block per multiprocessor's share of the columns; more
+  // where shared memory allows, up to a thread's item each at this batch.
+  const int64_t fewest = (state + sms - 1) / sms;
+  const int64_t most =
+      (int64_t(limits.shared_bytes) - row_bytes) / column_bytes;
+  const int64_t columns =
+      std::min({std::max(fewest, (kThreads + batch - 1) / batch), most, state});
+  if (columns < fewest || columns < 1) {
+    return cudaSuccess; // W_h's slices do not fit
+  }
+  const int64_t blocks = (state + columns - 1) / columns;
+  const int64_t weight_bytes = columns * column_bytes;
+  const int64_t room = int64_t(limits.shared_bytes) - weight_bytes;
+  const int64_t rows = std::min<int64_t>(batch, room / row_bytes);
+  const size_t bytes = static_cast<size_t>(weight_bytes + rows * row_bytes);
+  const void* kernel = kernel_of<T, Backward>();
+  // Raised only when a launch needs more than before: after the first call
+  // of a size, a call (say, during a CUDA graph capture) makes no driver
+  // call to set it.
+  static std::array<std::atomic<int>, 64> allowed{};
+  std::atomic<int>& allowed_here = allowed[device_slot(limits)];
+  if (allowed_here.load(std::memory_order_relaxed) < static_cast<int>(bytes)) {
+    status = cudaFuncSetAttribute(
+        kernel,
+        cudaFuncAttributeMaxDynamicSharedMemorySize,
+        static_cast<int>(bytes));
+    if (status != cudaSuccess) {
+      return status;
+    }
+    allowed_here.store(static_cast<int>(bytes), std::memory_order_relaxed);
+  }
+  int per_sm = 0;
+  status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, kernel, kThreads, bytes);
+  if (status != cudaSuccess) {
+    return status;
+  }
+  if (int64_t(per_sm) * sms < blocks) {
+    return cudaSuccess; // the grid cannot be resident at once
+  }
+  out->fits = true;
+  out->tiling = Tiling{
+      static_cast<int>(columns), static_cast<int>(rows), static_cast<int>(ld)};
+  out->blocks = static_cast<int>(blocks);
+  out->shared_bytes = bytes;
+  return cudaSuccess;
+}
+
+template <typename T, bool Backward, typename Args>
+cudaError_t launch(const Args& args, acc_t<T>* workspace, cudaStream_t stream) {
+  Plan p{};
+  const cudaError_t status = plan<T, Backward>(args.batch, args.state, &p);
+  if (status != cudaSuccess) {
+    return status;
+  }
+  if (!p.fits) {
+    return cudaErrorNotSupported;
+  }
+  Args a = args;
+  Tiling tiling = p.tiling;
+  void* backward_params[] = {&a, &tiling, &workspace};
+  void* forward_params[] = {&a, &tiling};
+  const cudaError_t launched = cudaLaunchCooperativeKernel(
+      kernel_of<T, Backward>(),
+      dim3(static_cast<unsigned int>(p.blocks)),
+      dim3(kThreads),
+      Backward ? backward_params : forward_params,
+      p.shared_bytes,
+      stream);
+  return launched != cudaSuccess ? launched : cudaGetLastError();
+}
+
+} // namespace
+
+template <typename T>
+bool sequence_persistent_fits(int64_t batch, int64_t state, bool backward) {
+  Plan p{};
+  const cudaError_t status = backward ? plan<T, true>(batch, state, &p)
+                                      : plan<T, false>(batch, state, &p);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError(); // a failed query is a "no", not a later error
+    return false;
+  }
+  return p.fits;
+}
+
+template <typename T>
+cudaError_t launch_sequence_forward(
+    const SequenceForwardArgs<T>& a,
+    cudaStream_t stream) {
+  if (a.steps == 0 || a.batch == 0 || a.state == 0) {
+    return cudaSuccess;
+  }
+  return launch<T, false>(a, nullptr, stream);
+}
+
+template <typename T>
+size_t sequence_backward_workspace_size(const SequenceBackwardArgs<T>& a) {
+  return static_cast<size_t>(a.batch * a.state) * sizeof(acc_t<T>);
+}
+
+template <typename T>
+cudaError_t launch_sequence_backward(
+    const SequenceBackwardArgs<T>& a,
+    void* workspace,
+    cudaStream_t stream) {
+  if (a.steps == 0 || a.batch == 0 || a.state == 0) {
+    return cudaSuccess;
+  }
+  return launch<T, true>(a, static_cast<acc_t<T>*>(workspace), stream);
+}
+
+#define LLTM_INSTANTIATE(T)                                          \
+  template bool sequence_persistent_fits<T>(int64_t, int64_t, bool); \
+  template cudaError_t launch_sequence_forward<T>(                   \
+      const SequenceForwardArgs<T>&, cudaStream_t);                  \
+  template size_t sequence_backward_workspace_size<T>(               \
+      const SequenceBackwardArgs<T>&);                               \
+  template cudaError_t launch_sequence_backward<T>(                  \
+      const SequenceBackwardArgs<T>&, void*, cudaStream_t);
+
+LLTM_INSTANTIATE(float)
+LLTM_INSTANTIATE(double)
+LLTM_INSTANTIATE(__half)
+LLTM_INSTANTIATE(__nv_bfloat16)
+
+#undef LLTM_INSTANTIATE
+
+} // namespace lltm::cuda

@@ -1,0 +1,103 @@
+// Launchers of the persistent LLTM sequence kernels (lltm_sequence.cu): one
+// cooperative launch runs every time step of a layer, forward or backward,
+// with W_h kept in shared memory across the steps.
+//
+// Plain CUDA C++ like lltm_kernel.h: raw pointers, sizes and a stream in,
+// cudaError_t out. cpp/sequence_cuda.cpp runs the GEMMs around them (the
+// input projection before the forward; d_weights, d_input and d_bias after
+// the backward) through ATen, and falls back to a per-step loop of cuBLAS
+// GEMMs and the cell's pointwise kernels when sequence_persistent_fits says
+// no. T is float, double, __half or __nv_bfloat16.
+#pragma once
+
+#include "lltm_kernel.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lltm::cuda {
+
+// A [steps, batch, state] operand read through its strides, which may be 0
+// (an expanded upstream gradient); nullptr reads as zeros.
+template <typename T>
+struct Strided3 {
+  const T* data;
+  int64_t step_stride;
+  int64_t row_stride;
+  int64_t col_stride;
+};
+
+// Dense tensors are addressed as [steps, batch, columns] in row-major order.
+template <typename T>
+struct SequenceForwardArgs {
+  // [steps, batch, 3 * state]: the input projection input W_x^T (without
+  // the bias) on entry; when `cells` is given, the activations [i | o | g]
+  // on exit, written over it.
+  T* gates;
+  // W_h = weights[:, :state]: row r, column k at w[r * ld_w + k].
+  const T* w;
+  int64_t ld_w;
+  const T* bias; // [3 * state]
+  const T* h0; // [batch, state]
+  const T* c0; // [batch, state]
+  T* output; // [steps, batch, state]: h_t
+  // [steps, batch, state]: c_t, saved for the backward; or nullptr, and
+  // then neither c_t nor the activations are saved.
+  T* cells;
+  T* h_n; // [batch, state]
+  T* c_n; // [batch, state]
+  int64_t steps;
+  int64_t batch;
+  int64_t state;
+};
+
+template <typename T>
+struct SequenceBackwardArgs {
+  Strided3<T> grad_output; // of output, or nullptr
+  Strided<T> grad_h_n; // or nullptr
+  Strided<T> grad_c_n; // or nullptr
+  const T* w; // W_h, as in SequenceForwardArgs
+  int64_t ld_w;
+  const T* cells; // [steps, batch, state], from the forward
+  const T* gates; // [steps, batch, 3 * state]: the activations
+  T* d_gates; // [steps, batch, 3 * state]: dZ of every step
+  T* d_h0; // [batch, state], or nullptr
+  T* d_c0; // [batch, state], or nullptr
+  int64_t steps;
+  int64_t batch;
+  int64_t state;
+};
+
+// Whether the persistent kernel of the forward (or the backward) can run a
+// [batch, state] problem on the current device: the device supports
+// cooperative launches, and its blocks, each holding its slice of W_h and a
+// tile of rows in shared memory, can all be resident at once. False for an
+// empty problem.
+template <typename T>
+bool sequence_persistent_fits(int64_t batch, int64_t state, bool backward);
+
+// Runs every step of the forward in one cooperative launch. Nothing is
+// launched for zero steps, rows or columns; cudaErrorNotSupported when
+// sequence_persistent_fits is false.
+template <typename T>
+cudaError_t launch_sequence_forward(
+    const SequenceForwardArgs<T>& args,
+    cudaStream_t stream);
+
+// The bytes of scratch memory launch_sequence_backward needs: dc, the
+// running cell gradient, in the math type.
+template <typename T>
+size_t sequence_backward_workspace_size(const SequenceBackwardArgs<T>& args);
+
+// Runs every step of the backward, in reverse, in one cooperative launch:
+// writes d_gates, and d_h0 = dZ_0 W_h and d_c0 when given. `workspace`
+// holds sequence_backward_workspace_size(args) bytes, aligned to 16.
+template <typename T>
+cudaError_t launch_sequence_backward(
+    const SequenceBackwardArgs<T>& args,
+    void* workspace,
+    cudaStream_t stream);
+
+} // namespace lltm::cuda
