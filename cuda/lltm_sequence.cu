@@ -31,9 +31,9 @@
 // per-step path.
 #include "lltm_sequence.h"
 
+#include "lltm_device.h"
+
 #include <cooperative_groups.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <array>
@@ -45,79 +45,7 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kThreads = 256;
-
-// The math type and the conversions, as in lltm_kernel.cu (whose helpers
-// are private to that file).
-template <typename T>
-struct OpMath {
-  using type = T;
-};
-template <>
-struct OpMath<__half> {
-  using type = float;
-};
-template <>
-struct OpMath<__nv_bfloat16> {
-  using type = float;
-};
-template <typename T>
-using acc_t = typename OpMath<T>::type;
-
-__device__ __forceinline__ float exp_(float x) {
-  return expf(x);
-}
-__device__ __forceinline__ double exp_(double x) {
-  return exp(x);
-}
-__device__ __forceinline__ float expm1_(float x) {
-  return expm1f(x);
-}
-__device__ __forceinline__ double expm1_(double x) {
-  return expm1(x);
-}
-__device__ __forceinline__ float tanh_(float x) {
-  return tanhf(x);
-}
-__device__ __forceinline__ double tanh_(double x) {
-  return tanh(x);
-}
-
-template <typename A>
-__device__ __forceinline__ A sigmoid(A z) {
-  return A(1) / (A(1) + exp_(-z));
-}
-
-template <typename A>
-__device__ __forceinline__ A elu(A z) {
-  return z > A(0) ? z : expm1_(z);
-}
-
-__device__ __forceinline__ float widen(float x) {
-  return x;
-}
-__device__ __forceinline__ double widen(double x) {
-  return x;
-}
-__device__ __forceinline__ float widen(__half x) {
-  return __half2float(x);
-}
-__device__ __forceinline__ float widen(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-
-__device__ __forceinline__ float narrow(float v, float*) {
-  return v;
-}
-__device__ __forceinline__ double narrow(double v, double*) {
-  return v;
-}
-__device__ __forceinline__ __half narrow(float v, __half*) {
-  return __float2half(v);
-}
-__device__ __forceinline__ __nv_bfloat16 narrow(float v, __nv_bfloat16*) {
-  return __float2bfloat16(v);
-}
+using namespace detail; // NOLINT(google-build-using-namespace)
 
 template <typename T>
 __device__ __forceinline__ void put(T* p, acc_t<T> v) {

@@ -70,7 +70,8 @@ sanitize() {
   # shellcheck disable=SC2086 # LLTM_SANITIZER_TESTS holds words
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 step "$tool" "$tool.log" timeout "${LLTM_SANITIZER_TIMEOUT:-240}" \
     compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
-    "$py" -m pytest -p no:cacheprovider -q -m cuda -k "not compile and not graph and not 64bit and not launches" \
+    "$py" -m pytest -p no:cacheprovider -q -m cuda \
+    -k "${LLTM_SANITIZER_K:-not compile and not graph and not 64bit and not launches}" \
     ${LLTM_SANITIZER_TESTS:-tests}
 }
 if wants memcheck; then

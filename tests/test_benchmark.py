@@ -134,3 +134,16 @@ def test_namespace_defaults() -> None:
     assert args.grad == "params"
     assert args.runs is None
     assert args.seconds == 2.0
+
+
+def test_sequence_mode() -> None:
+    result = run_benchmark(
+        *("--sequence", "3", "-b", "2", "-f", "3", "-s", "4", "--device", "cpu"),
+        *("--runs", "2", "--warmup", "1", "--json", "-"),
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    rows = {r["variant"]: r for r in report["results"]}
+    assert set(rows) == {"loop-python", "loop-lltm", "layer", "nn.LSTM"}
+    assert all(r["steps"] == 3 and r["median_ms"] > 0 for r in rows.values())
+    assert rows["nn.LSTM"]["vs_lstm"] == 1.0

@@ -29,7 +29,9 @@ weights and bias only; ``--grad all`` also the input and both states, as in an
 unrolled sequence. ``--sizes`` sweeps several sizes and ``--plot`` draws time
 against batch size (``pip install 'lltm[plot]'`` for matplotlib).
 ``--launches`` counts the GPU operations of each variant's forward and
-backward with ``torch.profiler``.
+backward with ``torch.profiler``. ``--sequence T`` times whole sequences
+instead: :class:`lltm.LLTMLayer` over T steps against Python loops of the
+cell and ``nn.LSTM`` (see :mod:`lltm._sequence_benchmark`).
 """
 
 from __future__ import annotations
@@ -497,15 +499,6 @@ def _sizes(text: str) -> list[tuple[int, int, int]]:
     return sizes
 
 
-def _variants(text: str) -> list[str]:
-    names = text.split(",")
-    unknown = [v for v in names if v not in VARIANTS]
-    if unknown:
-        msg = f"unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}"
-        raise argparse.ArgumentTypeError(msg)
-    return names
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse the command line."""
     parser = argparse.ArgumentParser(
@@ -551,9 +544,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--variants",
-        type=_variants,
-        default=list(VARIANTS),
-        help=f"comma-separated subset of {','.join(VARIANTS)} (default: all)",
+        type=lambda text: text.split(","),
+        default=None,
+        help=f"comma-separated subset of {','.join(VARIANTS)} (default: all; with "
+        "--sequence, of loop-python, loop-lltm, layer, layer-persistent, layer-steps, nn.LSTM)",
+    )
+    parser.add_argument(
+        "--sequence",
+        type=_positive,
+        metavar="T",
+        help="time the LLTMLayer over T steps against loops of the cell and nn.LSTM",
     )
     parser.add_argument(
         "--launches",
@@ -569,12 +569,56 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.sizes is None:
         args.sizes = [(args.batch_size, args.features, args.state_size)]
+    if args.sequence is None:
+        unknown = [v for v in args.variants or [] if v not in VARIANTS]
+        if unknown:
+            parser.error(
+                f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}"
+            )
+        args.variants = args.variants or list(VARIANTS)
     return args
+
+
+def main_sequence(args: argparse.Namespace) -> None:
+    """``--sequence T``: the layer over T steps, per device and size."""
+    from ._sequence_benchmark import format_sequence_table, run_sequence  # noqa: PLC0415
+
+    results = []
+    for device in _devices(args.device):
+        for batch, features, state in args.sizes:
+            results += run_sequence(
+                args.sequence,
+                batch,
+                features,
+                state,
+                dtype=DTYPES[args.dtype],
+                device=device,
+                runs=args.runs or 20,
+                warmup=max(1, min(args.warmup, 5)),
+                rounds=min(args.rounds, 5),
+                variants=args.variants,
+            )
+    report = {"config": _config(args), "results": results}
+    if args.json == "-":
+        print(json.dumps(report, indent=2))  # noqa: T201
+        return
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    print(  # noqa: T201
+        f"LLTM layer over T={args.sequence} steps, forward + backward of output.sum(); "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads\n"
+        "vs LSTM = nn.LSTM's median / the variant's (above 1: faster than nn.LSTM); "
+        "vs loop = the lltm.LLTM loop's median / the variant's\n"
+    )
+    print(format_sequence_table(results))  # noqa: T201
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the benchmark and print the table (or JSON)."""
     args = parse_args(argv)
+    if args.sequence is not None:
+        main_sequence(args)
+        return
     results = run(args)
     report = {"config": _config(args), "results": [asdict(r) for r in results]}
     if args.plot:
