@@ -57,6 +57,9 @@ SHELL_SCRIPTS = [
     "scripts/manylinux-cuda.sh",
     "scripts/gpu-wheel-check.sh",
     "scripts/fetch-device-wheels.sh",
+    "scripts/gpu-check.sh",
+    "scripts/gpu-sequence-check.sh",
+    "scripts/gpu-all.sh",
 ]
 CPP_SOURCES = sorted(str(p) for d in ("cpp", "cuda") for p in (ROOT / d).glob("*.[ch]*"))
 

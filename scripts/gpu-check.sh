@@ -116,6 +116,6 @@ echo
 echo "=== summary"
 printf '%s\n' "${summary[@]}" | tee -a "$out/summary.txt"
 if wants bench; then
-  grep -E '^(=== bench|cuda:|variant|-----|[a-z-]+ +[0-9])' "$out/bench.log"
+  grep -E '^(=== bench|cuda:|variant|-----|[a-z-]+ +[0-9.]+ +[0-9.]+ )' "$out/bench.log"
 fi
 ! grep -q FAILED "$out/summary.txt"

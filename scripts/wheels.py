@@ -901,6 +901,14 @@ def cmd_try_index(args: argparse.Namespace) -> None:
     run([sys.executable, "-m", "venv", *(["--system-site-packages"] * args.system_site_packages),
          venv])  # fmt: skip
     python = venv_python(venv)
+    if args.system_site_packages and sys.prefix != sys.base_prefix:
+        # This Python is a venv itself (as on the GPU machine's image), whose
+        # packages --system-site-packages does not reach: it means the base
+        # interpreter's. A .pth file puts this one's after the new venv's own.
+        site = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                   capture_output=True).stdout.strip()  # fmt: skip
+        ours = dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib"))
+        (Path(site) / "lltm-parent-site.pth").write_text("".join(f"{p}\n" for p in ours))
     if args.install:
         run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *args.install])
     torch_before = installed_version(python, "torch")

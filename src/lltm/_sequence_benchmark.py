@@ -16,6 +16,9 @@ synchronizes before each clock read. Variants:
 
 All variants start from the same weights (``nn.LSTM`` from its own) and
 take turns in rounds, so that a change in machine load affects them alike.
+float32 is computed alike by all: cuDNN's ``torch.backends.cudnn.allow_tf32``
+(on by default) is set to ``torch.backends.cuda.matmul.allow_tf32`` (off by
+default), which lltm's GEMMs follow, for the run.
 """
 
 from __future__ import annotations
@@ -95,6 +98,17 @@ def _variants(
     return variants
 
 
+@contextlib.contextmanager
+def _same_float32_precision() -> Iterator[None]:
+    """Set cuDNN's TF32 switch to the matmuls' for the calls inside."""
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -137,6 +151,25 @@ def run_sequence(
         ``lltm.LLTM``); a variant that cannot run here (a path forced where
         it does not fit) has ``error`` instead of times.
     """
+    with _same_float32_precision():
+        return _run_sequence(
+            steps, batch, features, state, dtype, device, runs, warmup, rounds, variants, progress
+        )
+
+
+def _run_sequence(
+    steps: int,
+    batch: int,
+    features: int,
+    state: int,
+    dtype: torch.dtype,
+    device: str | torch.device,
+    runs: int,
+    warmup: int,
+    rounds: int,
+    variants: Sequence[str] | None,
+    progress: bool,
+) -> list[dict[str, Any]]:
     device = torch.device(device)
     cases = _variants(steps, batch, features, state, dtype, device)
     names = list(variants) if variants else list(cases)
@@ -190,6 +223,7 @@ def run_sequence(
             "batch": batch,
             "features": features,
             "state": state,
+            "tf32": torch.backends.cuda.matmul.allow_tf32,
         }
         if name in errors:
             row["error"] = errors[name]
@@ -269,7 +303,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
     print(  # noqa: T201
         f"LLTM layer over T steps, forward + backward of output.sum(); torch "
-        f"{torch.__version__}, {torch.get_num_threads()} threads"
+        f"{torch.__version__}, {torch.get_num_threads()} threads, TF32 "
+        f"{'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'} (cuDNN too)"
         f"{', ' + torch.cuda.get_device_name() if args.device.startswith('cuda') else ''}\n"
         "vs LSTM = nn.LSTM's median / the variant's (above 1: faster than nn.LSTM); "
         "vs loop = the lltm.LLTM loop's median / the variant's\n"

@@ -606,7 +606,8 @@ def main_sequence(args: argparse.Namespace) -> None:
         Path(args.json).write_text(json.dumps(report, indent=2))
     print(  # noqa: T201
         f"LLTM layer over T={args.sequence} steps, forward + backward of output.sum(); "
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads\n"
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, TF32 "
+        f"{'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'} (cuDNN too)\n"
         "vs LSTM = nn.LSTM's median / the variant's (above 1: faster than nn.LSTM); "
         "vs loop = the lltm.LLTM loop's median / the variant's\n"
     )
