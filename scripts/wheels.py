@@ -64,6 +64,7 @@ EXCLUDE_LINUX = [
     "libcuda.so*",
     "libnvrtc*.so*",
     "libnvToolsExt*.so*",
+    "libgomp.so*",  # torch's OpenMP runtime (torch/lib/libgomp.so.1), which lltm links
 ]
 # macOS: delocate excludes any library whose path contains one of these.
 EXCLUDE_MACOS = ["libtorch", "libc10", "libomp"]

@@ -162,12 +162,14 @@ def load(
 
         if build_directory is not None:
             Path(build_directory).mkdir(parents=True, exist_ok=True)
+        openmp, openmp_lib = _openmp_flags()
         with _log_to_stderr(cpp_extension.logger if verbose else None):
             module = cpp_extension.load(
                 # Separate cache entries for the two variants.
                 name="lltm_jit_cuda" if with_cuda else "lltm_jit",
                 sources=[str(s) for s in sources],
-                extra_cflags=["-O3"],
+                extra_cflags=["-O3", *openmp],
+                extra_ldflags=openmp_lib,
                 extra_cuda_cflags=["-O3", "-lineinfo"],
                 with_cuda=with_cuda,
                 build_directory=None if build_directory is None else str(build_directory),
@@ -183,6 +185,18 @@ def load(
         )
         _loaded = module
         return module
+
+
+def _openmp_flags() -> tuple[list[str], list[str]]:
+    """OpenMP for at::parallel_for, with torch's own runtime, as CMakeLists.txt does.
+
+    at::parallel_for runs its loop in parallel only in code compiled with
+    OpenMP; linking the libgomp that torch ships keeps one runtime.
+    """
+    libgomp = Path(torch.__file__).parent / "lib" / "libgomp.so.1"
+    if sys.platform != "linux" or not libgomp.is_file():
+        return [], []
+    return ["-fopenmp"], [str(libgomp)]
 
 
 def load_from_environment() -> ModuleType:
