@@ -23,6 +23,7 @@
 
 #include "../cuda/lltm_kernel.h"
 #include "../cuda/lltm_sequence.h"
+#include "lltm_cuda.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
@@ -43,45 +44,14 @@
 namespace lltm::sequence {
 namespace {
 
-// The kernel library's element type for an ATen scalar type (same layout).
-template <typename scalar_t>
-struct KernelType {
-  using type = scalar_t;
-};
-template <>
-struct KernelType<c10::Half> {
-  using type = __half;
-};
-template <>
-struct KernelType<c10::BFloat16> {
-  using type = __nv_bfloat16;
-};
-
-template <typename scalar_t>
-using kernel_t = typename KernelType<scalar_t>::type;
-
-template <typename scalar_t>
-const kernel_t<scalar_t>* in(const at::Tensor& t) {
-  return reinterpret_cast<const kernel_t<scalar_t>*>(
-      t.const_data_ptr<scalar_t>());
-}
-
-template <typename scalar_t>
-kernel_t<scalar_t>* out(const at::Tensor& t) {
-  return reinterpret_cast<kernel_t<scalar_t>*>(t.mutable_data_ptr<scalar_t>());
-}
+using cuda::in;
+using cuda::kernel_t;
+using cuda::out;
+using cuda::strided;
 
 template <typename scalar_t>
 kernel_t<scalar_t>* out_or_null(const at::Tensor& t) {
   return t.defined() ? out<scalar_t>(t) : nullptr;
-}
-
-template <typename scalar_t>
-cuda::Strided<kernel_t<scalar_t>> strided(const std::optional<at::Tensor>& t) {
-  if (!t) {
-    return {nullptr, 0, 0};
-  }
-  return {in<scalar_t>(*t), t->stride(0), t->stride(1)};
 }
 
 template <typename scalar_t>
