@@ -21,7 +21,6 @@
 #include "lltm.h"
 #include "sequence.h"
 
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
@@ -37,13 +36,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-template <typename Signature>
-c10::TypedOperatorHandle<Signature> find_op(const char* name) {
-  return c10::Dispatcher::singleton()
-      .findSchemaOrThrow(name, "")
-      .template typed<Signature>();
-}
 
 // The ops' signatures, as their kernels take them.
 using CellSignature = CellResult(
@@ -97,6 +89,30 @@ std::optional<at::Tensor> optional(const at::Tensor& t) {
 
 at::Tensor value(const std::optional<at::Tensor>& t) {
   return t.value_or(at::Tensor());
+}
+
+// A node's outputs must be defined: a masked backward op's node returns the
+// gradients in its output_mask, in order, and by_mask puts them back.
+variable_list defined_outputs(
+    std::initializer_list<std::optional<at::Tensor>> grads) {
+  variable_list out;
+  for (const auto& grad : grads) {
+    if (grad) {
+      out.push_back(*grad);
+    }
+  }
+  return out;
+}
+
+CellBackwardResult by_mask(const variable_list& out, const OutputMask& mask) {
+  std::array<std::optional<at::Tensor>, 5> grads;
+  auto next = out.begin();
+  for (size_t k = 0; k < grads.size(); ++k) {
+    if (mask[k]) {
+      grads[k] = *next++;
+    }
+  }
+  return {grads[0], grads[1], grads[2], grads[3], grads[4]};
 }
 
 constexpr const char* kFirstOrderOnly =
@@ -188,14 +204,7 @@ class CellBackwardFunction
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [a, b, c, d, e] =
         op.call(grad_h, grad_cell, new_cell, gates, X, weights, output_mask);
-    // A node's outputs must be defined: return those in output_mask.
-    variable_list out;
-    for (auto* d : {&a, &b, &c, &d, &e}) {
-      if (d->has_value()) {
-        out.push_back(**d);
-      }
-    }
-    return out;
+    return defined_outputs({a, b, c, d, e});
   }
 
   static variable_list backward(
@@ -349,14 +358,7 @@ CellBackwardResult cell_backward_autograd(
   // Optional tensors: an undefined one is no input of the node.
   const variable_list out = CellBackwardFunction::apply(
       grad_h, grad_cell, new_cell, gates, X, weights, output_mask);
-  std::array<std::optional<at::Tensor>, 5> grads;
-  auto next = out.begin();
-  for (size_t k = 0; k < grads.size(); ++k) {
-    if (output_mask[k]) {
-      grads[k] = *next++;
-    }
-  }
-  return {grads[0], grads[1], grads[2], grads[3], grads[4]};
+  return by_mask(out, output_mask);
 }
 
 BackwardResult backward_autograd(
@@ -519,14 +521,7 @@ class SequenceBackwardFunction
         cells,
         gates,
         output_mask);
-    // A node's outputs must be defined: return those in output_mask.
-    variable_list out;
-    for (auto* g : {&a, &b, &c, &d, &e}) {
-      if (g->has_value()) {
-        out.push_back(**g);
-      }
-    }
-    return out;
+    return defined_outputs({a, b, c, d, e});
   }
 
   static variable_list backward(
@@ -611,14 +606,7 @@ sequence::BackwardResult sequence_backward_autograd(
       cells,
       gates,
       output_mask);
-  std::array<std::optional<at::Tensor>, 5> grads;
-  auto next = out.begin();
-  for (size_t k = 0; k < grads.size(); ++k) {
-    if (output_mask[k]) {
-      grads[k] = *next++;
-    }
-  }
-  return {grads[0], grads[1], grads[2], grads[3], grads[4]};
+  return by_mask(out, output_mask);
 }
 
 } // namespace

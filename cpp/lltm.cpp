@@ -3,7 +3,6 @@
 // through the dispatcher.
 #include "lltm.h"
 
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/mm.h>
 #include <c10/util/ArrayRef.h>
 #include <torch/library.h>
@@ -125,11 +124,27 @@ void check_shape(
       shape_str(arg.tensor.sizes()));
 }
 
+void check_bias(const char* op, const at::Tensor& bias, int64_t state_size) {
+  const int64_t G = 3 * state_size;
+  const bool bias_ok = (bias.dim() == 1 && bias.size(0) == G) ||
+      (bias.dim() == 2 && bias.size(0) == 1 && bias.size(1) == G);
+  TORCH_CHECK_VALUE(
+      bias_ok,
+      op,
+      ": expected bias to have shape [3 * state_size] = ",
+      shape_str({G}),
+      " or [1, 3 * state_size] = ",
+      shape_str({1, G}),
+      ", but got ",
+      shape_str(bias.sizes()));
+}
+
 } // namespace checks
 
 namespace {
 
 using checks::Arg;
+using checks::check_bias;
 using checks::check_dtypes_and_devices;
 using checks::check_shape;
 using checks::shape_str;
@@ -178,17 +193,7 @@ Sizes check_forward_args(
       weights_arg,
       {3 * S, S + F},
       "[3 * state_size, state_size + input_features]");
-  const bool bias_ok = (bias.dim() == 1 && bias.size(0) == 3 * S) ||
-      (bias.dim() == 2 && bias.size(0) == 1 && bias.size(1) == 3 * S);
-  TORCH_CHECK_VALUE(
-      bias_ok,
-      op,
-      ": expected bias to have shape [3 * state_size] = ",
-      shape_str({3 * S}),
-      " or [1, 3 * state_size] = ",
-      shape_str({1, 3 * S}),
-      ", but got ",
-      shape_str(bias.sizes()));
+  check_bias(op, bias, S);
   return sizes;
 }
 
@@ -370,17 +375,6 @@ void backward_gemms(
     std::get<0>(result) = at::mm(d_gates, weights_x(weights, S));
   }
 }
-
-namespace {
-
-template <typename Signature>
-c10::TypedOperatorHandle<Signature> find_op(const char* name) {
-  return c10::Dispatcher::singleton()
-      .findSchemaOrThrow(name, "")
-      .template typed<Signature>();
-}
-
-} // namespace
 
 ForwardResult forward(
     const at::Tensor& input,

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/ArrayRef.h>
 
@@ -64,6 +65,15 @@ using CellBackwardResult = std::tuple<
 
 // Which of (input, weights, bias, old_h, old_cell) need a gradient.
 using OutputMask = std::array<bool, 5>;
+
+// The typed handle of one of lltm's ops, e.g. find_op<CellResult(...)>(
+// "lltm::cell"); look it up once, into a static.
+template <typename Signature>
+c10::TypedOperatorHandle<Signature> find_op(const char* name) {
+  return c10::Dispatcher::singleton()
+      .findSchemaOrThrow(name, "")
+      .template typed<Signature>();
+}
 
 // The dtypes every backend supports: float32, float64, float16 and bfloat16.
 c10::ArrayRef<at::ScalarType> supported_dtypes();
@@ -132,6 +142,9 @@ void check_shape(
     const Arg& arg,
     c10::IntArrayRef expected,
     const char* layout);
+
+// bias is [3 * state_size] or [1, 3 * state_size].
+void check_bias(const char* op, const at::Tensor& bias, int64_t state_size);
 
 } // namespace checks
 

@@ -4,7 +4,6 @@
 // states the math.
 #include "sequence.h"
 
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/sum.h>
@@ -19,10 +18,10 @@ namespace lltm::sequence {
 namespace {
 
 using checks::Arg;
+using checks::check_bias;
 using checks::check_dim;
 using checks::check_dtypes_and_devices;
 using checks::check_shape;
-using checks::shape_str;
 
 constexpr const char* kSteps = "[steps, batch, input_features]";
 constexpr const char* kState = "[batch, state_size]";
@@ -81,17 +80,7 @@ Sizes check_forward_args(
   check_shape(op, h0_arg, {B, S}, kState);
   check_shape(op, c0_arg, {B, S}, kState);
   check_shape(op, weights_arg, {3 * S, S + F}, kWeights);
-  const bool bias_ok = (bias.dim() == 1 && bias.size(0) == 3 * S) ||
-      (bias.dim() == 2 && bias.size(0) == 1 && bias.size(1) == 3 * S);
-  TORCH_CHECK_VALUE(
-      bias_ok,
-      op,
-      ": expected bias to have shape [3 * state_size] = ",
-      shape_str({3 * S}),
-      " or [1, 3 * state_size] = ",
-      shape_str({1, 3 * S}),
-      ", but got ",
-      shape_str(bias.sizes()));
+  check_bias(op, bias, S);
   return sizes;
 }
 
@@ -466,14 +455,7 @@ Result run(
     const at::Tensor& bias,
     const at::Tensor& h0,
     const at::Tensor& c0) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("lltm::sequence", "")
-                             .typed<Result(
-                                 const at::Tensor&,
-                                 const at::Tensor&,
-                                 const at::Tensor&,
-                                 const at::Tensor&,
-                                 const at::Tensor&)>();
+  static const auto op = find_op<decltype(run)>("lltm::sequence");
   return op.call(input, weights, bias, h0, c0);
 }
 
