@@ -71,16 +71,12 @@ int64_t rows_per_task(int64_t state_size) {
 
 namespace {
 
+using cpu::best_kernels;
 using cpu::rows_per_task;
 
 template <typename T>
-const cpu::Kernels<T>& kernels() {
-  return cpu::best_kernels<T>();
-}
-
-template <typename T>
 void run_forward(const cpu::ForwardArgs<T>& args, int64_t batch) {
-  const auto& k = kernels<T>();
+  const auto& k = best_kernels<T>();
   at::parallel_for(
       0, batch, rows_per_task(args.state), [&](int64_t begin, int64_t end) {
         k.forward(args, begin, end);
@@ -98,7 +94,7 @@ at::Tensor run_backward(
     bool want_bias,
     const at::TensorOptions& options) {
   using acc_t = at::opmath_type<T>;
-  const auto& k = kernels<T>();
+  const auto& k = best_kernels<T>();
   const int64_t S = args.state;
   const int64_t chunk = rows_per_task(S);
   const int64_t chunks = (batch + chunk - 1) / chunk;
