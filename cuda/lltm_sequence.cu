@@ -77,6 +77,39 @@ __device__ __forceinline__ void step_barrier(cg::grid_group& grid) {
   }
 }
 
+// A tile of `rows` rows of `length` elements, which other blocks wrote
+// before the last barrier, into shared memory with row stride ld. Each
+// thread has kInFlight loads in flight before it stores any: one round trip
+// to L2 per kInFlight elements rather than per element.
+constexpr int kInFlight = 8;
+
+template <typename T>
+__device__ __forceinline__ void load_tile(
+    acc_t<T>* dst,
+    int ld,
+    const T* src,
+    int rows,
+    int length) {
+  const int n = rows * length;
+  const int stride = static_cast<int>(blockDim.x);
+  for (int e0 = threadIdx.x; e0 < n; e0 += kInFlight * stride) {
+    acc_t<T> v[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const int e = e0 + u * stride;
+      v[u] = e < n ? load_shared_data(src + e) : acc_t<T>(0);
+    }
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const int e = e0 + u * stride;
+      if (e < n) {
+        const int r = e / length;
+        dst[r * ld + (e - r * length)] = v[u];
+      }
+    }
+  }
+}
+
 // How the problem is cut: `columns` (J) state columns per block, tiles of
 // `rows` rows of `ld` elements (odd: the rows of a tile fall in different
 // banks) after the 3 J S elements of W_h.
@@ -139,10 +172,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t b0 = 0; b0 < B; b0 += p.rows) {
       const int rows = static_cast<int>(B - b0 < p.rows ? B - b0 : p.rows);
       __syncthreads(); // the last tile's readers are done (and W_h is in)
-      for (int e = threadIdx.x; e < rows * S; e += blockDim.x) {
-        const int r = e / S;
-        h_s[r * p.ld + (e - r * S)] = load_shared_data(h_prev + b0 * S + e);
-      }
+      load_tile(h_s, p.ld, h_prev + b0 * S, rows, S);
       __syncthreads();
       for (int item = threadIdx.x; item < rows * J; item += blockDim.x) {
         const int r = item / J;
@@ -219,11 +249,7 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
       const int rows = static_cast<int>(B - b0 < p.rows ? B - b0 : p.rows);
       if (!last) {
         __syncthreads(); // the last tile's readers are done (and W_h is in)
-        for (int e = threadIdx.x; e < rows * 3 * S; e += blockDim.x) {
-          const int r = e / (3 * S);
-          dz_s[r * p.ld + (e - r * 3 * S)] =
-              load_shared_data(dz_next + b0 * G + e);
-        }
+        load_tile(dz_s, p.ld, dz_next + b0 * G, rows, 3 * S);
         __syncthreads();
       }
       for (int item = threadIdx.x; item < rows * J; item += blockDim.x) {

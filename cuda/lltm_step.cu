@@ -37,29 +37,64 @@ namespace {
 
 using namespace detail; // NOLINT(google-build-using-namespace)
 
-template <int BM_, int BN_, int TM_, int TN_>
+template <int BM_, int BN_, int TM_, int TN_, int KS_>
 struct Tile {
   static constexpr int BM = BM_;
   static constexpr int BN = BN_;
   static constexpr int TM = TM_;
   static constexpr int TN = TN_;
-  static constexpr int NX = BN / TN; // threads along the columns
+  static constexpr int KS = KS_; // groups of threads, each over its chunks
+  static constexpr int NX = BN / TN; // threads of a group along the columns
   static constexpr int NY = BM / TM; // and along the rows
-  static constexpr int threads = NX * NY;
+  static constexpr int group = NX * NY;
+  static constexpr int threads = group * KS;
 };
 
 // The k extent of a chunk: a chunk is one round trip to memory, and the
 // next one is loaded into registers while this one is multiplied, since at
 // these sizes a step is bound by the latency of its loads. So as long as
-// both operands' tiles fit in 40 KB of static shared memory and a thread
-// holds at most 32 elements of the next chunk, up to 64.
+// every group's tiles of both operands fit in shared memory beside the
+// partial sums, and a thread holds at most 32 elements of its next chunk,
+// up to 64.
 template <typename A, typename P, int Operands>
 __host__ __device__ constexpr int chunk_of() {
-  constexpr int per_k = (P::BM + 1) + Operands * (P::BN + 1);
-  constexpr int fit = 40960 / (per_k * static_cast<int>(sizeof(A)));
-  constexpr int held = 32 * P::threads / (P::BM + Operands * P::BN);
+  constexpr int partials = (P::KS - 1) * P::group * Operands * P::TM * P::TN;
+  constexpr int room = 45056 / static_cast<int>(sizeof(A)) - partials;
+  constexpr int per_k = P::KS * ((P::BM + 1) + Operands * (P::BN + 1));
+  constexpr int fit = room / per_k;
+  constexpr int held = 32 * P::group / (P::BM + Operands * P::BN);
   constexpr int most = fit < held ? fit : held;
   return most >= 64 ? 64 : (most >= 32 ? 32 : 16);
+}
+
+// With several groups, each has summed its chunks of k: groups 1.. leave
+// their sums in shared memory, and group 0 adds them in a fixed order (so
+// that results repeat bit for bit). True for the threads of group 0, which
+// then hold the whole sums and run the epilogue.
+template <typename A, typename P, int N>
+__device__ __forceinline__ bool reduce_groups(A (&acc)[N], A* partials) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int g = tid / P::group;
+  const int lane = tid - g * P::group;
+  if constexpr (P::KS > 1) {
+    if (g > 0) {
+#pragma unroll
+      for (int n = 0; n < N; ++n) {
+        partials[((g - 1) * N + n) * P::group + lane] = acc[n];
+      }
+    }
+    __syncthreads();
+    if (g > 0) {
+      return false;
+    }
+    for (int other = 0; other < P::KS - 1; ++other) {
+#pragma unroll
+      for (int n = 0; n < N; ++n) {
+        acc[n] += partials[(other * N + n) * P::group + lane];
+      }
+    }
+  }
+  return true;
 }
 
 template <typename T, typename P>
@@ -67,17 +102,19 @@ __global__ void __launch_bounds__(P::threads)
     step_forward_kernel(const StepForwardArgs<T> a) {
   using A = acc_t<T>;
   constexpr int BM = P::BM, BN = P::BN, TM = P::TM, TN = P::TN;
-  constexpr int NX = P::NX, NY = P::NY, NT = P::threads;
+  constexpr int NX = P::NX, NY = P::NY, NG = P::group, KS = P::KS;
   constexpr int C = chunk_of<A, P, 3>();
   // Elements of each operand's chunk per thread.
-  constexpr int HL = (BM * C + NT - 1) / NT;
-  constexpr int WL = (3 * BN * C + NT - 1) / NT;
+  constexpr int HL = (BM * C + NG - 1) / NG;
+  constexpr int WL = (3 * BN * C + NG - 1) / NG;
   // +1: the stores, which run along k, fall in different banks.
-  __shared__ A h_s[C][BM + 1];
-  __shared__ A w_s[3][C][BN + 1];
+  __shared__ A h_s[KS][C][BM + 1];
+  __shared__ A w_s[KS][3][C][BN + 1];
+  __shared__ A partials[KS > 1 ? (KS - 1) * 3 * TM * TN * NG : 1];
   const int S = static_cast<int>(a.state);
   const int64_t B = a.batch;
-  const int tid = static_cast<int>(threadIdx.x);
+  const int grp = static_cast<int>(threadIdx.x) / NG;
+  const int tid = static_cast<int>(threadIdx.x) - grp * NG;
   const int tx = tid % NX;
   const int ty = tid / NX;
   const int64_t b0 = int64_t(blockIdx.x) * BM;
@@ -87,7 +124,7 @@ __global__ void __launch_bounds__(P::threads)
   auto fetch = [&](int k0) {
 #pragma unroll
     for (int l = 0; l < HL; ++l) {
-      const int e = tid + l * NT;
+      const int e = tid + l * NG;
       const int r = e / C;
       const int64_t b = b0 + r;
       const int k = k0 + (e - r * C);
@@ -95,7 +132,7 @@ __global__ void __launch_bounds__(P::threads)
     }
 #pragma unroll
     for (int l = 0; l < WL; ++l) {
-      const int e = tid + l * NT;
+      const int e = tid + l * NG;
       const int row = e / C; // g BN + jl
       const int g = row / BN;
       const int j = j0 + (row - g * BN);
@@ -108,39 +145,36 @@ __global__ void __launch_bounds__(P::threads)
   auto stash = [&]() {
 #pragma unroll
     for (int l = 0; l < HL; ++l) {
-      const int e = tid + l * NT;
+      const int e = tid + l * NG;
       if (e < BM * C) {
         const int r = e / C;
-        h_s[e - r * C][r] = h_r[l];
+        h_s[grp][e - r * C][r] = h_r[l];
       }
     }
 #pragma unroll
     for (int l = 0; l < WL; ++l) {
-      const int e = tid + l * NT;
+      const int e = tid + l * NG;
       if (e < 3 * BN * C) {
         const int row = e / C;
         const int g = row / BN;
-        w_s[g][e - row * C][row - g * BN] = w_r[l];
+        w_s[grp][g][e - row * C][row - g * BN] = w_r[l];
       }
     }
   };
-  A acc[3][TM][TN];
+  A acc[3 * TM * TN];
 #pragma unroll
-  for (int g = 0; g < 3; ++g) {
-#pragma unroll
-    for (int r = 0; r < TM; ++r) {
-#pragma unroll
-      for (int c = 0; c < TN; ++c) {
-        acc[g][r][c] = A(0);
-      }
-    }
+  for (int n = 0; n < 3 * TM * TN; ++n) {
+    acc[n] = A(0);
   }
-  fetch(0);
-  for (int k0 = 0; k0 < S; k0 += C) {
+  // Group grp takes chunks grp, grp + KS, ...: every group runs the same
+  // number of rounds, past the end on zeros.
+  const int rounds = ((S + C - 1) / C + KS - 1) / KS;
+  fetch(grp * C);
+  for (int round = 0; round < rounds; ++round) {
     stash();
     __syncthreads();
-    if (k0 + C < S) {
-      fetch(k0 + C); // in flight while this chunk is multiplied
+    if (round + 1 < rounds) {
+      fetch(((round + 1) * KS + grp) * C); // in flight during this chunk
     }
 #pragma unroll 16
     for (int kk = 0; kk < C; ++kk) {
@@ -148,13 +182,13 @@ __global__ void __launch_bounds__(P::threads)
       A wv[3][TN];
 #pragma unroll
       for (int r = 0; r < TM; ++r) {
-        hv[r] = h_s[kk][ty + r * NY];
+        hv[r] = h_s[grp][kk][ty + r * NY];
       }
 #pragma unroll
       for (int g = 0; g < 3; ++g) {
 #pragma unroll
         for (int c = 0; c < TN; ++c) {
-          wv[g][c] = w_s[g][kk][tx + c * NX];
+          wv[g][c] = w_s[grp][g][kk][tx + c * NX];
         }
       }
 #pragma unroll
@@ -163,12 +197,15 @@ __global__ void __launch_bounds__(P::threads)
         for (int r = 0; r < TM; ++r) {
 #pragma unroll
           for (int c = 0; c < TN; ++c) {
-            acc[g][r][c] += hv[r] * wv[g][c];
+            acc[(g * TM + r) * TN + c] += hv[r] * wv[g][c];
           }
         }
       }
     }
     __syncthreads();
+  }
+  if (!reduce_groups<A, P>(acc, partials)) {
+    return;
   }
 #pragma unroll
   for (int r = 0; r < TM; ++r) {
@@ -180,11 +217,12 @@ __global__ void __launch_bounds__(P::threads)
         continue;
       }
       T* z = a.z + b * 3 * S;
-      const A i = sigmoid(acc[0][r][c] + widen(z[j]) + widen(a.bias[j]));
-      const A o =
-          sigmoid(acc[1][r][c] + widen(z[S + j]) + widen(a.bias[S + j]));
-      const A g =
-          elu(acc[2][r][c] + widen(z[2 * S + j]) + widen(a.bias[2 * S + j]));
+      const A zi = acc[(0 * TM + r) * TN + c];
+      const A zo = acc[(1 * TM + r) * TN + c];
+      const A zc = acc[(2 * TM + r) * TN + c];
+      const A i = sigmoid(zi + widen(z[j]) + widen(a.bias[j]));
+      const A o = sigmoid(zo + widen(z[S + j]) + widen(a.bias[S + j]));
+      const A g = elu(zc + widen(z[2 * S + j]) + widen(a.bias[2 * S + j]));
       const int64_t at = b * S + j;
       const A cell = widen(a.c[at]) + g * i;
       const A h = tanh_(cell) * o;
@@ -211,27 +249,26 @@ __global__ void __launch_bounds__(P::threads) step_backward_kernel(
     acc_t<T>* __restrict__ dc) {
   using A = acc_t<T>;
   constexpr int BM = P::BM, BN = P::BN, TM = P::TM, TN = P::TN;
-  constexpr int NX = P::NX, NY = P::NY, NT = P::threads;
+  constexpr int NX = P::NX, NY = P::NY, NG = P::group, KS = P::KS;
   constexpr int C = chunk_of<A, P, 1>();
-  constexpr int DL = (BM * C + NT - 1) / NT;
-  constexpr int WL = (BN * C + NT - 1) / NT;
-  __shared__ A dz_s[C][BM + 1];
-  __shared__ A w_s[C][BN];
+  constexpr int DL = (BM * C + NG - 1) / NG;
+  constexpr int WL = (BN * C + NG - 1) / NG;
+  __shared__ A dz_s[KS][C][BM + 1];
+  __shared__ A w_s[KS][C][BN];
+  __shared__ A partials[KS > 1 ? (KS - 1) * TM * TN * NG : 1];
   const int S = static_cast<int>(a.state);
   const int K = 3 * S; // dZ's row length
   const int64_t B = a.batch;
-  const int tid = static_cast<int>(threadIdx.x);
+  const int grp = static_cast<int>(threadIdx.x) / NG;
+  const int tid = static_cast<int>(threadIdx.x) - grp * NG;
   const int tx = tid % NX;
   const int ty = tid / NX;
   const int64_t b0 = int64_t(blockIdx.x) * BM;
   const int j0 = static_cast<int>(blockIdx.y) * BN;
-  A acc[TM][TN];
+  A acc[TM * TN];
 #pragma unroll
-  for (int r = 0; r < TM; ++r) {
-#pragma unroll
-    for (int c = 0; c < TN; ++c) {
-      acc[r][c] = A(0);
-    }
+  for (int n = 0; n < TM * TN; ++n) {
+    acc[n] = A(0);
   }
   const bool recurrent = a.dz_next != nullptr;
   if (recurrent) {
@@ -240,7 +277,7 @@ __global__ void __launch_bounds__(P::threads) step_backward_kernel(
     auto fetch = [&](int k0) {
 #pragma unroll
       for (int l = 0; l < DL; ++l) {
-        const int e = tid + l * NT;
+        const int e = tid + l * NG;
         const int r = e / C;
         const int64_t b = b0 + r;
         const int k = k0 + (e - r * C);
@@ -251,7 +288,7 @@ __global__ void __launch_bounds__(P::threads) step_backward_kernel(
       // columns.
 #pragma unroll
       for (int l = 0; l < WL; ++l) {
-        const int e = tid + l * NT;
+        const int e = tid + l * NG;
         const int kk = e / BN;
         const int j = j0 + (e - kk * BN);
         const int k = k0 + kk;
@@ -263,27 +300,28 @@ __global__ void __launch_bounds__(P::threads) step_backward_kernel(
     auto stash = [&]() {
 #pragma unroll
       for (int l = 0; l < DL; ++l) {
-        const int e = tid + l * NT;
+        const int e = tid + l * NG;
         if (e < BM * C) {
           const int r = e / C;
-          dz_s[e - r * C][r] = d_r[l];
+          dz_s[grp][e - r * C][r] = d_r[l];
         }
       }
 #pragma unroll
       for (int l = 0; l < WL; ++l) {
-        const int e = tid + l * NT;
+        const int e = tid + l * NG;
         if (e < BN * C) {
           const int kk = e / BN;
-          w_s[kk][e - kk * BN] = w_r[l];
+          w_s[grp][kk][e - kk * BN] = w_r[l];
         }
       }
     };
-    fetch(0);
-    for (int k0 = 0; k0 < K; k0 += C) {
+    const int rounds = ((K + C - 1) / C + KS - 1) / KS;
+    fetch(grp * C);
+    for (int round = 0; round < rounds; ++round) {
       stash();
       __syncthreads();
-      if (k0 + C < K) {
-        fetch(k0 + C); // in flight while this chunk is multiplied
+      if (round + 1 < rounds) {
+        fetch(((round + 1) * KS + grp) * C); // in flight during this chunk
       }
 #pragma unroll 16
       for (int kk = 0; kk < C; ++kk) {
@@ -291,22 +329,25 @@ __global__ void __launch_bounds__(P::threads) step_backward_kernel(
         A wv[TN];
 #pragma unroll
         for (int r = 0; r < TM; ++r) {
-          dv[r] = dz_s[kk][ty + r * NY];
+          dv[r] = dz_s[grp][kk][ty + r * NY];
         }
 #pragma unroll
         for (int c = 0; c < TN; ++c) {
-          wv[c] = w_s[kk][tx + c * NX];
+          wv[c] = w_s[grp][kk][tx + c * NX];
         }
 #pragma unroll
         for (int r = 0; r < TM; ++r) {
 #pragma unroll
           for (int c = 0; c < TN; ++c) {
-            acc[r][c] += dv[r] * wv[c];
+            acc[r * TN + c] += dv[r] * wv[c];
           }
         }
       }
       __syncthreads();
     }
+  }
+  if (!reduce_groups<A, P>(acc, partials)) {
+    return;
   }
 #pragma unroll
   for (int r = 0; r < TM; ++r) {
@@ -319,7 +360,7 @@ __global__ void __launch_bounds__(P::threads) step_backward_kernel(
       }
       const int64_t at = b * S + j;
       const A gh = load_element(a.grad_h, b, j) +
-          (recurrent ? acc[r][c] : load_element(a.grad_h_n, b, j));
+          (recurrent ? acc[r * TN + c] : load_element(a.grad_h_n, b, j));
       const A gc = recurrent ? dc[at] : load_element(a.grad_c_n, b, j);
       const T* act = a.gates + b * K;
       const A i = widen(act[j]);
@@ -339,17 +380,19 @@ __global__ void __launch_bounds__(P::threads) step_backward_kernel(
   }
 }
 
-// The tiles, from small to large. A launch takes the largest tile that
-// still fills every multiprocessor, or the smallest: at the batch sizes of
-// this path a step is too short for a partial wave of large tiles.
-using Forward0 = Tile<16, 8, 2, 1>;
-using Forward1 = Tile<16, 32, 2, 2>;
-using Forward2 = Tile<64, 32, 4, 2>;
-using Forward3 = Tile<64, 64, 4, 4>;
-using Backward0 = Tile<16, 16, 2, 1>;
-using Backward1 = Tile<16, 64, 2, 4>;
-using Backward2 = Tile<64, 64, 4, 4>;
-using Backward3 = Tile<64, 128, 4, 8>;
+// The tiles, from small to large: <rows, columns, rows and columns per
+// thread, groups over k>. A launch takes the largest tile that still fills
+// every multiprocessor, or the smallest: at the batch sizes of this path a
+// step is too short for a partial wave of large tiles, and small tiles
+// split k over groups of threads to keep enough of them busy.
+using Forward0 = Tile<16, 8, 2, 1, 4>;
+using Forward1 = Tile<16, 32, 2, 2, 2>;
+using Forward2 = Tile<64, 32, 4, 2, 1>;
+using Forward3 = Tile<64, 64, 4, 4, 1>;
+using Backward0 = Tile<16, 16, 2, 1, 4>;
+using Backward1 = Tile<16, 64, 2, 4, 2>;
+using Backward2 = Tile<64, 64, 4, 4, 1>;
+using Backward3 = Tile<64, 128, 4, 8, 1>;
 
 template <typename P>
 dim3 grid_of(int64_t batch, int64_t state) {
