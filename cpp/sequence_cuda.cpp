@@ -146,7 +146,8 @@ const StepLoops& cuda_steps() {
   return loops;
 }
 
-// --- the fused path: one launch per step and direction ------------------------
+// --- the fused path: one launch per step and direction
+// ------------------------
 
 // The forward's steps over buffers from prepare_forward (T > 0). The loop
 // makes no ATen call: a step costs the host one kernel launch.
@@ -238,8 +239,9 @@ at::Tensor fused_backward(
           args.gates = act + t * 3 * BS;
           args.dz = dz + t * 3 * BS;
           args.d_c0 = t == 0 ? out<scalar_t>(d_c0) : nullptr;
-          C10_CUDA_CHECK(cuda::launch_step_backward(
-              args, workspace.mutable_data_ptr(), stream));
+          C10_CUDA_CHECK(
+              cuda::launch_step_backward(
+                  args, workspace.mutable_data_ptr(), stream));
         }
       });
   return d_c0;
@@ -385,8 +387,7 @@ Result sequence_cuda(
   const c10::cuda::CUDAGuard device_guard(input.device());
   const Path path = choose_path(sizes, input.scalar_type(), false, op);
   if (path != Path::kPersistent) {
-    return sequence_steps(
-        sizes, input, weights, bias, h0, c0, loops_of(path));
+    return sequence_steps(sizes, input, weights, bias, h0, c0, loops_of(path));
   }
   ForwardBuffers b = prepare_forward(sizes, input, weights, /*save=*/false);
   persistent_forward(sizes, weights, bias, h0, c0, b);

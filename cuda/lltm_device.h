@@ -1,6 +1,6 @@
 // Device helpers shared by the LLTM CUDA kernels (lltm_kernel.cu,
-// lltm_small.cu, lltm_sequence.cu, lltm_step.cu): the math in the accumulation type, conversions, packed
-// loads and stores, and launch-configuration queries.
+// lltm_small.cu, lltm_sequence.cu, lltm_step.cu): the math in the accumulation
+// type, conversions, packed loads and stores, and launch-configuration queries.
 #pragma once
 
 #include "lltm_kernel.h"

@@ -281,8 +281,8 @@ __global__ void __launch_bounds__(P::threads) step_backward_kernel(
         const int r = e / C;
         const int64_t b = b0 + r;
         const int k = k0 + (e - r * C);
-        d_r[l] = e < BM * C && b < B && k < K ? widen(a.dz_next[b * K + k])
-                                              : A(0);
+        d_r[l] =
+            e < BM * C && b < B && k < K ? widen(a.dz_next[b * K + k]) : A(0);
       }
       // W_h's rows k, columns [j0, j0 + BN): adjacent threads, adjacent
       // columns.
@@ -473,12 +473,11 @@ cudaError_t launch_step_backward(
   return backward_with<T, Backward0>(a, dc, stream);
 }
 
-#define LLTM_INSTANTIATE(T)                                  \
-  template cudaError_t launch_step_forward<T>(               \
-      const StepForwardArgs<T>&, cudaStream_t);              \
-  template size_t step_backward_workspace_size<T>(           \
-      const StepBackwardArgs<T>&);                           \
-  template cudaError_t launch_step_backward<T>(              \
+#define LLTM_INSTANTIATE(T)                                                    \
+  template cudaError_t launch_step_forward<T>(                                 \
+      const StepForwardArgs<T>&, cudaStream_t);                                \
+  template size_t step_backward_workspace_size<T>(const StepBackwardArgs<T>&); \
+  template cudaError_t launch_step_backward<T>(                                \
       const StepBackwardArgs<T>&, void*, cudaStream_t);
 
 LLTM_INSTANTIATE(float)
