@@ -68,6 +68,7 @@ __all__ = [
     "VARIANTS",
     "GraphTime",
     "Precision",
+    "format_sequence_markdown",
     "format_sequence_table",
     "format_sweep_tables",
     "graph_time",
@@ -343,10 +344,11 @@ def _stall(device: torch.device, ms: float) -> Callable[[], None] | None:
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _CYCLES_PER_MS:
         start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-        start.record()
-        sleep(1_000_000)
-        end.record()
-        end.synchronize()
+        for _ in range(2):  # the first launch loads the kernel: time the second
+            start.record()
+            sleep(1_000_000)
+            end.record()
+            end.synchronize()
         _CYCLES_PER_MS[index] = 1_000_000 / max(start.elapsed_time(end), 1e-3)
     cycles = int(_CYCLES_PER_MS[index] * ms)
     return lambda: sleep(cycles)
@@ -410,6 +412,9 @@ def graph_time(
         holder.append(_capture(v, device, warmup))
         return holder[0]
 
+    # torch.cuda.graph's exit ends the capture before it restores the stream:
+    # when ending the capture raises, the capture stream would stay current.
+    stream = torch.cuda.current_stream(device)
     try:
         with torch.cuda.device(device):
             return _graph_time_with(
@@ -425,6 +430,7 @@ def graph_time(
         # before the next variant captures.
         v.clear_grads()
         holder.clear()
+        torch.cuda.set_stream(stream)
         _sync(device)
 
 
@@ -698,12 +704,15 @@ def run_sweep(
     gpu_time: bool = True,
     launches: bool = False,
     progress: bool = True,
+    on_point: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Time the variants at every point of ``steps`` x ``batches`` x ``fs`` x ``precisions``.
 
     Each point is :func:`run_sequence` with a budget of ``seconds`` for its
     timed runs (``min_runs`` at least); progress goes to stderr, one line per
-    point. Returns the rows of every point, as :func:`run_sequence` does.
+    point, and ``on_point`` gets the rows so far after each point (to save
+    them: a sweep cut short by a timeout keeps what it measured). Returns the
+    rows of every point, as :func:`run_sequence` does.
     """
     points = [(p, f, s, t, b) for p in precisions for f, s in fs for t in steps for b in batches]
     results: list[dict[str, Any]] = []
@@ -728,6 +737,8 @@ def run_sweep(
             progress=False,
         )
         results += rows
+        if on_point is not None:
+            on_point(results)
         if progress:
             elapsed = time.perf_counter() - start
             by = {r["variant"]: r for r in rows}
@@ -792,6 +803,29 @@ def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
         }
     )
     lines += [f"no GPU time: {e}" for e in errors]
+    return "\n".join(lines)
+
+
+def format_sequence_markdown(results: Sequence[dict[str, Any]]) -> str:
+    """:func:`run_sequence`'s results as one Markdown table (times in ms)."""
+    lines = [
+        "| T,B,F,S | precision | variant | wall ms | GPU ms | host ratio | vs nn.LSTM | "
+        + "GPU vs nn.LSTM | kernels |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        size = f"{r['steps']},{r['batch']},{r['features']},{r['state']}"
+        head = f"| {size} | {r.get('precision', r['dtype'])} | {r['variant']} |"
+        if "error" in r:
+            lines.append(f"{head} n/a | | | | | |")
+            continue
+        host = f"{r['host_ratio']:.2f}" if r.get("host_ratio") is not None else "-"
+        kernels = r.get("launches")
+        lines.append(
+            f"{head} {r['median_ms']:.3f} | {_num(r.get('gpu_ms'))} | {host} | "
+            f"{_ratio(r.get('vs_lstm'))} | {_ratio(r.get('gpu_vs_lstm'))} | "
+            f"{kernels if kernels is not None else '-'} |"
+        )
     return "\n".join(lines)
 
 

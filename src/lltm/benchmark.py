@@ -829,8 +829,14 @@ def main_sequence(args: argparse.Namespace) -> None:
             variants=args.variants,
             device=args.device,
         )
+
+        def save(rows: list[dict[str, Any]]) -> None:
+            # After every point: a sweep cut short keeps what it measured.
+            if args.json and args.json != "-":
+                Path(args.json).write_text(json.dumps({"config": config, "results": rows}))
+
         results = seq.run_sweep(
-            args.steps, args.batches, args.fs, args.precision, devices[0], **options
+            args.steps, args.batches, args.fs, args.precision, devices[0], on_point=save, **options
         )
         report = {"config": config, "results": results, "summary": seq.sweep_summary(results)}
         text = seq.format_sweep_tables(results)
