@@ -218,8 +218,10 @@ def _variants(
     Only what the named variants need is allocated: a sweep of the layer and
     nn.LSTM builds no cell.
     """
-    gen = torch.Generator(device="cpu").manual_seed(42)
-    x = torch.randn(steps, batch, features, generator=gen).to(device=device, dtype=dtype)
+    # Drawn where it is used: on the CPU, the sweep's largest inputs (half a
+    # billion numbers) would take seconds each.
+    gen = torch.Generator(device=device).manual_seed(42)
+    x = torch.randn(steps, batch, features, generator=gen, device=device).to(dtype)
     x.requires_grad_()
     cases: dict[str, _Variant] = {}
     errors: dict[str, str] = {}
@@ -354,6 +356,22 @@ def _stall(device: torch.device, ms: float) -> Callable[[], None] | None:
     return lambda: sleep(cycles)
 
 
+def _error(exc: BaseException) -> str:
+    """``Type: first line`` of the exception that started it all.
+
+    When a captured op fails, ending the capture fails too, with an error
+    that says only that the capture was invalidated: the first one says why.
+    """
+    while exc.__context__ is not None and exc.__context__ is not exc:
+        exc = exc.__context__
+    return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+# Replays slower than this keep the GPU busy for longer than the host takes to
+# launch the next one: no need to measure the launch cost.
+_SLOW_REPLAY_MS = 50.0
+
+
 def _graph_time_with(
     capture: Callable[[], Any],
     new_event: Callable[[], Any],
@@ -362,33 +380,38 @@ def _graph_time_with(
     *,
     replays: int | None,
     seconds: float,
+    estimate_ms: float | None = None,
 ) -> GraphTime:
     """Capture, then time replays: the device-independent part of :func:`graph_time`.
 
     ``capture`` returns an object with ``replay()``; ``new_event`` makes a
     timing event; ``stall_for(ms)`` gives a callable that keeps the GPU busy for
-    that long. Without ``replays``, as many as fit in ``seconds`` (3 to 50).
-    Any failure (a capture that the op or cuDNN refuses, out of memory) gives
-    a :class:`GraphTime` with ``error`` set: one variant that cannot be
-    captured does not stop the benchmark.
+    that long. Without ``replays``, as many as fit in ``seconds`` (3 to 50) at
+    ``estimate_ms`` each (the eager wall time is an upper bound; without it one
+    replay is timed first). Any failure (a capture that the op or cuDNN
+    refuses, out of memory) gives a :class:`GraphTime` with ``error`` set: one
+    variant that cannot be captured does not stop the benchmark.
     """
     try:
         graph = capture()
-        graph.replay()  # the first replay uploads the graph
-        sync()
         start = time.perf_counter()
-        graph.replay()
+        graph.replay()  # the first replay uploads the graph
         launch_ms = (time.perf_counter() - start) * 1e3
         sync()
-        (estimate_ms,) = _replay_times(graph.replay, 1, new_event)
+        if estimate_ms is None:
+            (estimate_ms,) = _replay_times(graph.replay, 1, new_event)
+        if estimate_ms < _SLOW_REPLAY_MS:
+            start = time.perf_counter()
+            graph.replay()
+            launch_ms = (time.perf_counter() - start) * 1e3
+            sync()
         n = replays or max(3, min(50, math.ceil(seconds * 1e3 / max(estimate_ms, 1e-3))))
         # Long enough for the host to enqueue every replay before the GPU
         # gets to the first one.
         stall = stall_for(min(200.0, 1.0 + 1.5 * n * launch_ms))
         times = _replay_times(graph.replay, n, new_event, stall)
     except Exception as exc:  # noqa: BLE001 - reported in the table, not fatal
-        lines = str(exc).strip().splitlines()
-        return GraphTime(error=f"{type(exc).__name__}: {lines[0] if lines else ''}")
+        return GraphTime(error=_error(exc))
     return GraphTime(median_ms=statistics.median(times), min_ms=min(times), replays=n)
 
 
@@ -399,10 +422,13 @@ def graph_time(
     replays: int | None = None,
     seconds: float = 0.2,
     warmup: int = 2,
+    estimate_ms: float | None = None,
 ) -> GraphTime:
     """The GPU time of one forward + backward of ``v``: its CUDA graph, replayed.
 
-    On a device other than CUDA there is no graph: ``error`` says so.
+    ``warmup`` calls run on a side stream first; ``replays`` (default: as many
+    as fit in ``seconds`` at ``estimate_ms`` each) are timed. On a device
+    other than CUDA there is no graph: ``error`` says so.
     """
     if device.type != "cuda":
         return GraphTime(error="CUDA only")
@@ -424,6 +450,7 @@ def graph_time(
                 lambda ms: _stall(device, ms),
                 replays=replays,
                 seconds=seconds,
+                estimate_ms=estimate_ms,
             )
     finally:
         # The graph's pool holds the activations of a whole sequence: free it
@@ -446,7 +473,7 @@ def _launches(v: _Variant, device: torch.device) -> int | None:
         with _sequence_path(v.path), profile(activities=[ProfilerActivity.CUDA]) as prof:
             v.step()
             _sync(device)
-    except RuntimeError:
+    except Exception:  # noqa: BLE001 - a count is optional: none rather than a crash
         return None
     return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 
@@ -553,6 +580,60 @@ def run_sequence(
     return rows
 
 
+# See _run_point's warm-up.
+_SLOW_WARMUP_S = 0.25
+
+
+def _timed(v: _Variant, device: torch.device) -> float:
+    """Seconds of one forward + backward of ``v``, from clean grads to finished work."""
+    v.clear_grads()
+    _sync(device)
+    t0 = time.perf_counter()
+    v.step()
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+def _warm_up(v: _Variant, device: torch.device, warmup: int) -> float:
+    """Untimed calls (at least 1); returns the last one's seconds."""
+    with _sequence_path(v.path):
+        for i in range(max(1, warmup)):
+            elapsed = _timed(v, device)
+            # Where one call takes a quarter second, its first call has set
+            # up all there is: more warm-up would only cost time.
+            if i and elapsed > _SLOW_WARMUP_S:
+                break
+    return elapsed
+
+
+def _gpu_measures(
+    cases: dict[str, _Variant],
+    medians: dict[str, float],
+    device: torch.device,
+    seconds: float,
+    *,
+    gpu_time: bool,
+    launches: bool,
+) -> tuple[dict[str, GraphTime], dict[str, int | None]]:
+    """Each variant's GPU time (on CUDA, with ``gpu_time``) and kernel count (``launches``)."""
+    graphs: dict[str, GraphTime] = {}
+    counts: dict[str, int | None] = {}
+    for name, median in medians.items():
+        if gpu_time and device.type == "cuda":
+            wall_ms = median * 1e3
+            graphs[name] = graph_time(
+                cases[name],
+                device,
+                seconds=min(0.5, max(0.05, seconds / 4)),
+                # One warm-up on the side stream is enough where a call is slow.
+                warmup=1 if wall_ms > _SLOW_REPLAY_MS else 2,
+                estimate_ms=wall_ms,
+            )
+        if launches:
+            counts[name] = _launches(cases[name], device)
+    return graphs, counts
+
+
 def _run_point(
     size: tuple[int, int, int, int],
     precision: Precision,
@@ -572,28 +653,12 @@ def _run_point(
     steps, batch, features, state = size
     label = f"T={steps} B={batch} F={features} S={state} {precision.name} {device}"
     cases, errors = _variants(names, *size, precision.dtype, device)
-    samples: dict[str, list[float]] = {n: [] for n in names}
     probe: dict[str, float] = {}
-
-    def iterate(name: str, n: int, *, record: bool) -> None:
-        v = cases[name]
-        with _sequence_path(v.path):
-            for _ in range(n):
-                v.clear_grads()
-                _sync(device)
-                t0 = time.perf_counter()
-                v.step()
-                _sync(device)
-                elapsed = time.perf_counter() - t0
-                if record:
-                    samples[name].append(elapsed)
-                probe[name] = elapsed
-
     for name in names:
         if name in errors:
             continue
         try:
-            iterate(name, max(1, warmup), record=False)
+            probe[name] = _warm_up(cases[name], device, warmup)
         except (RuntimeError, ValueError) as e:
             # RuntimeError: a forced path that does not fit, or out of memory;
             # ValueError: a path this build does not know.
@@ -606,25 +671,22 @@ def _run_point(
         per_round = sum(probe[n] for n in live) or 1e-9
         runs = max(min_runs, min(max_runs, math.ceil(seconds / per_round)))
     rounds = max(1, min(rounds, runs))
+    samples: dict[str, list[float]] = {n: [] for n in names}
     start = time.perf_counter()
     for r in range(rounds):
         n = runs // rounds + (1 if r < runs % rounds else 0)
         for name in live:
-            iterate(name, n, record=True)
+            with _sequence_path(cases[name].path):
+                samples[name] += [_timed(cases[name], device) for _ in range(n)]
         if progress:
             _progress(
                 f"{label}: round {r + 1}/{rounds} of {runs} runs "
                 f"({time.perf_counter() - start:.1f} s)"
             )
-    graphs: dict[str, GraphTime] = {}
-    counts: dict[str, int | None] = {}
-    for name in live:
-        if gpu_time and device.type == "cuda":
-            graphs[name] = graph_time(
-                cases[name], device, seconds=min(0.5, max(0.05, seconds / 4)), warmup=2
-            )
-        if launches:
-            counts[name] = _launches(cases[name], device)
+    medians = {n: statistics.median(samples[n]) for n in live}
+    graphs, counts = _gpu_measures(
+        cases, medians, device, seconds, gpu_time=gpu_time, launches=launches
+    )
     return _rows(size, precision, device, names, errors, samples, runs, graphs, counts)
 
 
