@@ -351,7 +351,7 @@ def test_cuda_variants_on_the_cpu_and_precisions() -> None:
         seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
     assert seen == [(True, False), (False, False)]
     assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before
-    assert "nn.LSTM computes in TF32" in seq.describe(["float32-defaults"], "cpu")
+    assert "nn.LSTM computes in TF32 (cuDNN" in seq.describe(["float32-defaults"], "cpu")
     with pytest.raises(ValueError, match="precision 'float8'"):
         seq.run_sequence(1, 1, 1, 1, precision="float8")
 

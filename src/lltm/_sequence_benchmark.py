@@ -120,8 +120,8 @@ PRECISIONS = {
             torch.float32,
             matmul_tf32=False,
             cudnn_tf32=True,
-            note="torch's defaults: cuDNN TF32 on, so nn.LSTM computes in TF32; "
-            "matmul TF32 off, which lltm follows (fp32)",
+            note="torch's defaults: nn.LSTM computes in TF32 (cuDNN's switch), "
+            "lltm in fp32 (it follows the matmul switch)",
         ),
         Precision("float16", torch.float16, matmul_tf32=False, cudnn_tf32=False),
         Precision(
@@ -675,9 +675,14 @@ def _run_point(
     start = time.perf_counter()
     for r in range(rounds):
         n = runs // rounds + (1 if r < runs % rounds else 0)
-        for name in live:
-            with _sequence_path(cases[name].path):
-                samples[name] += [_timed(cases[name], device) for _ in range(n)]
+        for name in list(live):
+            try:
+                with _sequence_path(cases[name].path):
+                    samples[name] += [_timed(cases[name], device) for _ in range(n)]
+            except RuntimeError as e:  # out of memory, once both variants' caches fill it
+                errors[name] = _first_line(e)
+                live.remove(name)
+                cases[name].clear_grads()
         if progress:
             _progress(
                 f"{label}: round {r + 1}/{rounds} of {runs} runs "

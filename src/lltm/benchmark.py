@@ -820,7 +820,7 @@ def main_sequence(args: argparse.Namespace) -> None:
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "lltm": lltm.build_info(),
     }
-    devices = [torch.device(args.device)] if args.sweep else _devices(args.device)
+    devices = _devices(args.device)  # the sweep's is one, checked by parse_args
     if args.sweep:
         config.update(
             steps=args.steps,
