@@ -249,7 +249,7 @@ def test_sweep_tables_and_summary() -> None:
     )
     assert "cuDNN nn.LSTM" in text
     # GPU time per step in µs, layer / cuDNN: 0.5 ms over 2 steps is 250 µs.
-    assert "| T=2 | 250 / 1e+03 | 1e+03 / 1e+03 |" in text
+    assert "| T=2 | 250 / 1000 | 1000 / 1000 |" in text
     # Host ratio, layer / cuDNN.
     assert "| T=2 | 2.00 / 1.00 | 2.00 / 1.00 |" in text
     s = seq.sweep_summary(rows)["precisions"]["float32"]
@@ -265,6 +265,7 @@ def test_sweep_tables_and_summary() -> None:
     assert s["median"] == 1.5
     assert s["gpu_median"] == 3.0
     assert s["host_ratio_max"]["value"] == 2.0
+    assert (s["gpu_below_1"], s["host_ratio_above_goal"]) == (0, 3)
     assert "| float32 | 3 | 0.50x at T=2, B=8, F=3, S=4 (float32) | 1.50x | 1 | 1 |" in text
 
 

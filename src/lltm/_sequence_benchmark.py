@@ -60,7 +60,10 @@ from lltm.reference import lltm_reference
 
 __all__ = [
     "CUDA_VARIANTS",
+    "HOST_RATIO_GOAL",
     "PRECISIONS",
+    "SPEEDUP_GOAL_MEDIAN",
+    "SPEEDUP_GOAL_WORST",
     "SWEEP_BATCHES",
     "SWEEP_FS",
     "SWEEP_STEPS",
@@ -96,6 +99,9 @@ SWEEP_STEPS = (16, 64, 128, 512)
 SWEEP_BATCHES = (1, 16, 64, 256, 1024, 4096)
 SWEEP_FS = ((32, 128), (128, 256), (256, 512))
 SWEEP_VARIANTS = ("layer", "nn.LSTM")
+# Issue 12's goals: at least 1.0x everywhere, a median of 1.3x, and eager wall
+# time at most 1.15x the CUDA-graph replay's.
+SPEEDUP_GOAL_WORST, SPEEDUP_GOAL_MEDIAN, HOST_RATIO_GOAL = 1.0, 1.3, 1.15
 
 Step = Callable[[], Tensor]
 
@@ -924,8 +930,10 @@ def sweep_summary(
 
     Each entry: ``points`` (measured), ``missing`` (n/a), ``below_1``,
     ``worst`` and ``best`` (``speedup`` and where), ``median``; the same on GPU
-    times as ``gpu_worst``/``gpu_median``; and ``host_ratio_max`` of
-    ``variant`` (the worst eager / graph-replay ratio, and where).
+    times as ``gpu_worst``/``gpu_median``/``gpu_below_1``; and
+    ``host_ratio_max`` of ``variant`` (the worst eager / graph-replay ratio,
+    and where) and ``host_ratio_above_goal`` (how many exceed
+    :data:`HOST_RATIO_GOAL`).
     """
 
     def summarize(
@@ -946,10 +954,10 @@ def sweep_summary(
         for metric, prefix in (("wall", ""), ("gpu", "gpu_")):
             values = [(k, _speedup(p, variant, base, metric)) for k, p in points]
             found = [(k, v) for k, v in values if v is not None]
+            out[f"{prefix}below_1"] = sum(1 for _, v in found if v < 1.0)
             if metric == "wall":
                 out["points"] = len(found)
                 out["missing"] = len(values) - len(found)
-                out["below_1"] = sum(1 for _, v in found if v < 1.0)
             if found:
                 worst = min(found, key=lambda kv: kv[1])
                 best = max(found, key=lambda kv: kv[1])
@@ -964,6 +972,7 @@ def sweep_summary(
             if p.get(variant, {}).get("host_ratio") is not None
         ]
         out["host_ratio_max"] = where(*max(ratios, key=lambda kv: kv[1])) if ratios else None
+        out["host_ratio_above_goal"] = sum(1 for _, v in ratios if v > HOST_RATIO_GOAL)
         return out
 
     grid = _grid(results)
@@ -975,6 +984,13 @@ def sweep_summary(
         "precisions": {p: summarize([kp for kp in every if kp[0][0] == p]) for p in precisions},
         "overall": summarize(every),
     }
+
+
+def _us(value: float | None) -> str:
+    """Microseconds with three significant digits, never in exponent notation."""
+    if value is None:
+        return "n/a"
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def _label(variant: str, results: Sequence[dict[str, Any]]) -> str:
@@ -1029,7 +1045,7 @@ def format_sweep_tables(
 
     def per_step(point: dict[str, dict[str, Any]]) -> str:
         values = [point.get(n, {}).get("gpu_us_per_step") for n in (variant, base)]
-        return " / ".join(f"{v:.3g}" if v is not None else "n/a" for v in values)
+        return " / ".join(_us(v) for v in values)
 
     def host(point: dict[str, dict[str, Any]]) -> str:
         values = [point.get(n, {}).get("host_ratio") for n in (variant, base)]
@@ -1063,25 +1079,36 @@ def format_sweep_tables(
             f"| {p} | {s['points']} | {_where(s['worst'])} | {median} | {s['below_1']} | "
             f"{s['missing']} |"
         )
-    out.append("\n".join(lines))
+    out.append(
+        "\n".join(lines)
+        + f"\n\nThe goal: at least {SPEEDUP_GOAL_WORST:.1f}x everywhere, a median of at "
+        f"least {SPEEDUP_GOAL_MEDIAN:.1f}x (float32 and float16)."
+    )
     if any(r.get("gpu_us_per_step") is not None for r in results):
         out.append(
             f"GPU time per step, µs: {a} / {b} (the forward + backward replayed as a "
             "CUDA graph, divided by T)."
         )
         out += [table(key, ", µs/step", per_step) for key in grid]
-        lines = ["| precision | worst | median |", "|---|---|---:|"]
+        lines = ["| precision | worst | median | below 1.0 |", "|---|---|---:|---:|"]
         for p, s in entries:
             median = f"{s['gpu_median']:.2f}x" if s["gpu_median"] is not None else "n/a"
-            lines.append(f"| {p} | {_where(s['gpu_worst'])} | {median} |")
-        out.append(f"Speedup of {a} over {b} in GPU time:\n\n" + "\n".join(lines))
+            lines.append(f"| {p} | {_where(s['gpu_worst'])} | {median} | {s['gpu_below_1']} |")
+        out.append(
+            f"Speedup of {a} over {b} in GPU time (the goal: {a}'s GPU time per step at most "
+            f"{b}'s):\n\n" + "\n".join(lines)
+        )
     if any(r.get("host_ratio") is not None for r in results):
         out.append(
             f"Host overhead: eager wall time / CUDA-graph replay time, {a} / {b} "
             "(1.00: the host adds nothing)."
         )
         out += [table(key, ", host ratio", host) for key in grid]
-        worst = [f"{p}: {_where(s['host_ratio_max'])}" for p, s in entries]
+        worst = [
+            f"{p}: {_where(s['host_ratio_max'])}, {s['host_ratio_above_goal']} above "
+            f"{HOST_RATIO_GOAL}"
+            for p, s in entries
+        ]
         out.append(f"Largest host ratio of {a}: " + "; ".join(worst) + ".")
     return "\n\n".join(out)
 
@@ -1166,7 +1193,11 @@ def plot_sweep(
                 xlabel="batch B", ylabel="steps T", title=f"{precision}, F={features}, S={state}"
             )
     if image is not None:
-        fig.colorbar(image, ax=axes, shrink=0.8, label=f"speedup over {base} ({metric} time)")
+        bar = fig.colorbar(image, ax=axes, shrink=0.8, label=f"speedup over {base} ({metric} time)")
+        # Powers of two, written out: LogNorm's default ticks read 2 x 10^-1.
+        ticks = [2.0**k for k in range(-3, 4) if 1 / span <= 2.0**k <= span]
+        bar.ax.minorticks_off()
+        bar.set_ticks(ticks, labels=[f"{t:g}x" for t in ticks])
     fig.suptitle(
         f"{_label(variant, results)} over {_label(base, results)}: forward + backward, "
         f"{'wall' if metric == 'wall' else 'GPU'} time (above 1: faster)"
