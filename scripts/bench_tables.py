@@ -113,9 +113,7 @@ def main(argv: list[str] | None = None) -> None:
 
         origins = sorted({_origin(c) for c in sweep_configs})
         print(f"\n**The sweep** ({'; '.join(origins)})\n")
-        print(seq.format_sweep_tables(sweep_rows))
-        if args.plot:
-            seq.plot_sweep(sweep_rows, args.plot)
+        print(seq.format_sweep_tables(sweep_rows), flush=True)
         if args.json:
             merged = {
                 "config": {"mode": "sweep", "merged": sweep_configs},
@@ -123,6 +121,8 @@ def main(argv: list[str] | None = None) -> None:
                 "summary": seq.sweep_summary(sweep_rows),
             }
             Path(args.json).write_text(json.dumps(merged, indent=2))
+        if args.plot:  # last: without matplotlib this stops, the rest is done
+            seq.plot_sweep(sweep_rows, args.plot)
 
 
 if __name__ == "__main__":

@@ -840,8 +840,6 @@ def main_sequence(args: argparse.Namespace) -> None:
         )
         report = {"config": config, "results": results, "summary": seq.sweep_summary(results)}
         text = seq.format_sweep_tables(results)
-        if args.plot:
-            seq.plot_sweep(results, args.plot)
     else:
         config["sizes"] = [list(s) for s in args.sizes]
         results = [
@@ -855,12 +853,15 @@ def main_sequence(args: argparse.Namespace) -> None:
         text = seq.format_sequence_table(results)
     if args.json == "-":
         print(json.dumps(report, indent=2))  # noqa: T201
-        return
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
-    for device in devices:
-        print(seq.describe(args.precision, device))  # noqa: T201
-    print(text)  # noqa: T201
+    else:
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=2))
+        for device in devices:
+            print(seq.describe(args.precision, device))  # noqa: T201
+        print(text, flush=True)  # noqa: T201
+    # Last: without matplotlib this stops, and the tables are out already.
+    if args.plot:
+        seq.plot_sweep(results, args.plot)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
