@@ -317,15 +317,24 @@ def _replay_times(
     return [events[i].elapsed_time(events[i + 1]) for i in range(n)]
 
 
+_SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
+
+
 def _capture(v: _Variant, device: torch.device, warmup: int) -> torch.cuda.CUDAGraph:
     """Capture one forward + backward of ``v`` as a CUDA graph, as PyTorch's docs say.
 
-    The warm-up runs on a side stream (lazy per-stream state such as cuBLAS
-    workspaces must exist before capture). The grads are None when the capture
+    The warm-up runs on a side stream, and the capture on the same one (lazy
+    per-stream state such as cuBLAS workspaces must exist before capture,
+    which may not allocate it). The grads are None when the capture
     starts, so the captured backward writes fresh ``.grad`` tensors in the
     graph's pool, and each replay overwrites them rather than accumulating.
     """
-    side = torch.cuda.Stream(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    # One per GPU for every capture: each new stream would get its own cuBLAS
+    # workspace.
+    if index not in _SIDE_STREAMS:
+        _SIDE_STREAMS[index] = torch.cuda.Stream(index)
+    side = _SIDE_STREAMS[index]
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side), _sequence_path(v.path):
         for _ in range(warmup):
@@ -335,7 +344,9 @@ def _capture(v: _Variant, device: torch.device, warmup: int) -> torch.cuda.CUDAG
     _sync(device)
     v.clear_grads()
     graph = torch.cuda.CUDAGraph()
-    with _sequence_path(v.path), torch.cuda.graph(graph):
+    # The capture runs on the warm-up's stream: per-stream state made lazily
+    # (cuBLAS workspaces, hipBLASLt handles) then exists before the capture.
+    with _sequence_path(v.path), torch.cuda.graph(graph, stream=side):
         v.step()
     return graph
 
