@@ -841,7 +841,7 @@ def main_sequence(args: argparse.Namespace) -> None:
         report = {"config": config, "results": results, "summary": seq.sweep_summary(results)}
         text = seq.format_sweep_tables(results)
     else:
-        config["sizes"] = [list(s) for s in args.sizes]
+        config.update(sizes=[list(s) for s in args.sizes], variants=args.variants)
         results = [
             row
             for device in devices
