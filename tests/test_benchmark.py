@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -10,7 +11,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -423,3 +424,83 @@ def test_sequence_defaults_per_mode() -> None:
     assert benchmark.parse_args(["--sequence", "8", "--warmup", "20"]).warmup == 20
     cell = benchmark.parse_args(["--kernels"])
     assert (cell.launches, cell.dtype, cell.warmup, cell.rounds) == (True, "float32", 20, 10)
+
+
+def test_graph_time_cuda_calls_with_a_fake_torch_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """graph_time's CUDA path, against stand-ins for torch.cuda: the calls and their order."""
+    log: list[str] = []
+    clock = [0.0]
+
+    class Stream:
+        def __init__(self, index: int | None = None) -> None:
+            self.index = index
+
+        def wait_stream(self, *_: Stream) -> None:
+            log.append("wait_stream")
+
+    class Graph:
+        def replay(self) -> None:
+            clock[0] += 1.0
+            log.append("replay")
+
+    class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            assert enable_timing
+
+        def record(self) -> None:
+            self.t = clock[0]
+
+        def synchronize(self) -> None:
+            pass
+
+        def elapsed_time(self, end: Event) -> float:
+            return end.t - self.t
+
+    @contextlib.contextmanager
+    def capture(*_: Graph, stream: Stream | None = None) -> Iterator[None]:
+        assert stream is not None
+        assert stream.index == 0  # the warm-up's stream
+        log.append("capture")
+        yield
+
+    current = Stream()
+    fakes = {
+        "current_device": lambda: 0,
+        "Stream": Stream,
+        "current_stream": lambda *_: current,
+        "stream": lambda *_: contextlib.nullcontext(),
+        "set_stream": lambda *_: log.append("set_stream"),
+        "device": lambda *_: contextlib.nullcontext(),
+        "synchronize": lambda *_: None,
+        "CUDAGraph": Graph,
+        "graph": capture,
+        "Event": Event,
+        "_sleep": lambda *_: log.append("sleep"),
+    }
+    for name, fake in fakes.items():
+        monkeypatch.setattr(torch.cuda, name, fake, raising=False)
+    monkeypatch.setattr(seq, "_SIDE_STREAMS", {})
+    monkeypatch.setattr(seq, "_CYCLES_PER_MS", {0: 1000.0})
+    leaf = torch.ones(3, requires_grad=True)
+    steps = []
+
+    def forward() -> torch.Tensor:
+        steps.append("step")
+        return leaf * 2
+
+    v = seq._Variant(forward, "steps", [leaf])
+    g = seq.graph_time(v, torch.device("cuda"), warmup=2, estimate_ms=1.0, seconds=0.004)
+    assert g.error is None
+    assert (g.median_ms, g.replays) == (1.0, 4)
+    # Two warm-up calls and the captured one; then the grads are cleared.
+    assert len(steps) == 3
+    assert leaf.grad is None
+    assert log[0] == "wait_stream"
+    assert log.index("capture") < log.index("sleep") < log.index("set_stream")
+
+    def fail() -> torch.Tensor:
+        msg = "CUDA error: operation not permitted when stream is capturing"
+        raise RuntimeError(msg)
+
+    g = seq.graph_time(seq._Variant(fail, None, [leaf]), torch.device("cuda"))
+    assert g.error == "RuntimeError: CUDA error: operation not permitted when stream is capturing"
