@@ -502,5 +502,9 @@ def test_graph_time_cuda_calls_with_a_fake_torch_cuda(monkeypatch: pytest.Monkey
         msg = "CUDA error: operation not permitted when stream is capturing"
         raise RuntimeError(msg)
 
+    # The spin kernel's calibration, once per GPU.
+    seq._CYCLES_PER_MS.clear()
+    assert seq._stall(torch.device("cuda"), 2.0) is not None
+    assert 0 in seq._CYCLES_PER_MS
     g = seq.graph_time(seq._Variant(fail, None, [leaf]), torch.device("cuda"))
     assert g.error == "RuntimeError: CUDA error: operation not permitted when stream is capturing"
