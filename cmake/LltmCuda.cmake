@@ -115,7 +115,7 @@ function(lltm_add_cuda_kernels target)
   endforeach()
 
   add_library(lltm_cuda_kernels STATIC cuda/lltm_kernel.cu cuda/lltm_small.cu
-                                       cuda/lltm_sequence.cu)
+                                       cuda/lltm_sequence.cu cuda/lltm_step.cu)
   set_target_properties(
     lltm_cuda_kernels
     PROPERTIES CUDA_ARCHITECTURES "${_archs}"

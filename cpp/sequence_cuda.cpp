@@ -1,21 +1,22 @@
-// The sequence ops on CUDA: a C++ layer over two ways to run the steps.
+// The sequence ops on CUDA: a C++ layer over three ways to run the steps.
 //
 //   persistent  one cooperative kernel per direction runs all T steps with
 //               W_h in shared memory (cuda/lltm_sequence.cu states the
 //               math); cuBLAS GEMMs around it: the input projection before
 //               the forward, d_weights and d_input after the backward
+//   fused       per step, one kernel: the recurrent GEMM with the cell in
+//               its epilogue (cuda/lltm_step.cu), launched from a loop that
+//               makes no ATen call; the same GEMMs around it
 //   steps       per step, one cuBLAS GEMM and the cell's pointwise kernel
-//               (cuda/lltm_kernel.cu), the loops of sequence.cpp
+//               (cuda/lltm_kernel.cu), the ATen loops of sequence.cpp
 //
-// LLTM_SEQUENCE_PATH (auto, persistent or steps; read at each call) picks
-// one. auto takes the persistent kernel when W_h's slices fit on the
-// device's multiprocessors and the batch is small, where a step is a few
-// microseconds of work and a launch per step would cost more than the
-// step: batch * state_size <= 8192. Measured on an H200 (T = 64, forward
-// and backward): at batch 16, state 128 (2048) the persistent kernel took
-// 1.4 ms against 6.2 ms for the per-step path in float32; at batch 256,
-// state 256 (65536) 18.6 ms against 3.2 ms (docs/performance.md).
-// Either direction may take either path: both save the same tensors.
+// LLTM_SEQUENCE_PATH (auto, persistent, fused or steps; read at each call)
+// picks one. auto goes by the size of a step (choose_path): the persistent
+// kernel while a step is a few microseconds of work, the fused kernel while
+// a launch of cuBLAS and of a pointwise kernel would cost more than the
+// step's arithmetic, cuBLAS beyond. docs/performance.md has the measurements
+// behind the thresholds. Either direction may take any path: all save the
+// same tensors.
 //
 // Each call validates its inputs with the shared checks, sets the device,
 // and launches on the current stream of the inputs' device.
@@ -145,9 +146,113 @@ const StepLoops& cuda_steps() {
   return loops;
 }
 
+// --- the fused path: one launch per step and direction ------------------------
+
+// The forward's steps over buffers from prepare_forward (T > 0). The loop
+// makes no ATen call: a step costs the host one kernel launch.
+void fused_forward(
+    const Sizes& sizes,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& h0,
+    const at::Tensor& c0,
+    ForwardBuffers& b) {
+  const at::Tensor w = weights.stride(1) == 1 ? weights : weights.contiguous();
+  const at::Tensor bias_c = bias.contiguous();
+  const at::Tensor h0_c = h0.contiguous();
+  const at::Tensor c0_c = c0.contiguous();
+  const bool save = b.cells.defined();
+  const int64_t T = sizes.steps;
+  const int64_t BS = sizes.batch * sizes.state_size;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, w.scalar_type(), "lltm_sequence_cuda", [&] {
+        using K = kernel_t<scalar_t>;
+        cuda::StepForwardArgs<K> args{};
+        args.w = in<scalar_t>(w);
+        args.ld_w = w.stride(0);
+        args.bias = in<scalar_t>(bias_c);
+        args.save = save;
+        args.batch = sizes.batch;
+        args.state = sizes.state_size;
+        K* output = out<scalar_t>(b.output);
+        K* gates = out<scalar_t>(b.gates);
+        // Without saving, c_t is written over c_{t-1} in c_n.
+        K* cells = save ? out<scalar_t>(b.cells) : out<scalar_t>(b.c_n);
+        const int64_t cell_step = save ? BS : 0;
+        for (int64_t t = 0; t < T; ++t) {
+          args.h = t == 0 ? in<scalar_t>(h0_c) : output + (t - 1) * BS;
+          args.c = t == 0 ? in<scalar_t>(c0_c) : cells + (t - 1) * cell_step;
+          args.z = gates + t * 3 * BS;
+          args.h_out = output + t * BS;
+          args.c_out = cells + t * cell_step;
+          const bool last = t == T - 1;
+          args.h_n = last ? out<scalar_t>(b.h_n) : nullptr;
+          args.c_n = last && save ? out<scalar_t>(b.c_n) : nullptr;
+          C10_CUDA_CHECK(cuda::launch_step_forward(args, stream));
+        }
+      });
+}
+
+// The reverse loop (T > 0): writes d_gates and returns dc_{-1} (= d_c0).
+at::Tensor fused_backward(
+    const Sizes& sizes,
+    const std::optional<at::Tensor>& grad_output,
+    const std::optional<at::Tensor>& grad_h_n,
+    const std::optional<at::Tensor>& grad_c_n,
+    const at::Tensor& weights,
+    const at::Tensor& cells,
+    const at::Tensor& gates,
+    at::Tensor& d_gates) {
+  const at::Tensor w = weights.stride(1) == 1 ? weights : weights.contiguous();
+  const auto options = gates.options();
+  at::Tensor d_c0 = at::empty({sizes.batch, sizes.state_size}, options);
+  const int64_t T = sizes.steps;
+  const int64_t BS = sizes.batch * sizes.state_size;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, w.scalar_type(), "lltm_sequence_cuda", [&] {
+        using K = kernel_t<scalar_t>;
+        cuda::StepBackwardArgs<K> args{};
+        args.grad_h_n = strided<scalar_t>(grad_h_n);
+        args.grad_c_n = strided<scalar_t>(grad_c_n);
+        args.w = in<scalar_t>(w);
+        args.ld_w = w.stride(0);
+        args.batch = sizes.batch;
+        args.state = sizes.state_size;
+        // dc, the running cell gradient, from the caching allocator.
+        const at::Tensor workspace = at::empty(
+            {static_cast<int64_t>(cuda::step_backward_workspace_size(args))},
+            options.dtype(at::kByte));
+        const cuda::Strided3<K> grad = strided3<scalar_t>(grad_output);
+        K* dz = out<scalar_t>(d_gates);
+        const K* cell = in<scalar_t>(cells);
+        const K* act = in<scalar_t>(gates);
+        for (int64_t t = T - 1; t >= 0; --t) {
+          args.grad_h = {
+              grad.data == nullptr ? nullptr : grad.data + t * grad.step_stride,
+              grad.row_stride,
+              grad.col_stride};
+          args.dz_next = t == T - 1 ? nullptr : dz + (t + 1) * 3 * BS;
+          args.cell = cell + t * BS;
+          args.gates = act + t * 3 * BS;
+          args.dz = dz + t * 3 * BS;
+          args.d_c0 = t == 0 ? out<scalar_t>(d_c0) : nullptr;
+          C10_CUDA_CHECK(cuda::launch_step_backward(
+              args, workspace.mutable_data_ptr(), stream));
+        }
+      });
+  return d_c0;
+}
+
+const StepLoops& fused_steps() {
+  static const StepLoops loops{&fused_forward, &fused_backward};
+  return loops;
+}
+
 // --- choosing the path -------------------------------------------------------
 
-enum class Path { kAuto, kPersistent, kSteps };
+enum class Path { kAuto, kPersistent, kFused, kSteps };
 
 Path requested_path() {
   const char* value = std::getenv("LLTM_SEQUENCE_PATH");
@@ -157,6 +262,9 @@ Path requested_path() {
   if (std::strcmp(value, "persistent") == 0) {
     return Path::kPersistent;
   }
+  if (std::strcmp(value, "fused") == 0) {
+    return Path::kFused;
+  }
   if (std::strcmp(value, "steps") == 0) {
     return Path::kSteps;
   }
@@ -164,14 +272,25 @@ Path requested_path() {
       false,
       "LLTM_SEQUENCE_PATH=",
       std::string(value),
-      ": expected auto, persistent or steps (or unset, which is auto)");
+      ": expected auto, persistent, fused or steps (or unset, which is auto)");
   return Path::kAuto;
 }
 
-// The largest batch * state_size that auto runs in the persistent kernel.
-constexpr int64_t kPersistentMaxElements = 8192;
+// What auto runs: the persistent kernel up to persistent_max_elements of
+// batch * state_size (where it fits), the fused steps up to fused_max_macs
+// multiply-adds per recurrent product (batch * 3 state_size * state_size),
+// and cuBLAS's GEMMs beyond, where its tensor cores and large tiles win and
+// the launches are a small part of a step. The fused kernel computes on
+// CUDA cores: in 16-bit types cuBLAS's tensor cores overtake it sooner.
+// docs/performance.md has the measurements.
+int64_t persistent_max_elements(at::ScalarType dtype) {
+  return c10::elementSize(dtype) == 2 ? 8192 : 4096;
+}
+int64_t fused_max_macs(at::ScalarType dtype) {
+  return c10::elementSize(dtype) == 2 ? int64_t(1) << 24 : int64_t(1) << 26;
+}
 
-bool use_persistent(
+Path choose_path(
     const Sizes& sizes,
     at::ScalarType dtype,
     bool backward,
@@ -180,11 +299,16 @@ bool use_persistent(
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   // Nothing to run: the steps path handles empty problems.
-  if (path == Path::kSteps || sizes.steps == 0 || B == 0 || S == 0) {
-    return false;
+  if (sizes.steps == 0 || B == 0 || S == 0) {
+    return Path::kSteps;
   }
-  if (path == Path::kAuto && B * S > kPersistentMaxElements) {
-    return false;
+  if (path == Path::kSteps || path == Path::kFused) {
+    return path;
+  }
+  const Path beyond =
+      B * 3 * S * S <= fused_max_macs(dtype) ? Path::kFused : Path::kSteps;
+  if (path == Path::kAuto && B * S > persistent_max_elements(dtype)) {
+    return beyond;
   }
   bool fits = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(
@@ -205,10 +329,14 @@ bool use_persistent(
         std::string(c10::getDtypeNames(dtype).first),
         " on this GPU (W_h's slices do not fit in the shared memory of its "
         "multiprocessors, or it has no cooperative launch): unset it, or "
-        "set it to auto or steps");
-    return true;
+        "set it to auto, fused or steps");
   }
-  return fits;
+  return fits ? Path::kPersistent : beyond;
+}
+
+// The step loops of a path other than the persistent one.
+const StepLoops& loops_of(Path path) {
+  return path == Path::kFused ? fused_steps() : cuda_steps();
 }
 
 // --- the persistent path -----------------------------------------------------
@@ -255,8 +383,10 @@ Result sequence_cuda(
   constexpr const char* op = "lltm::sequence";
   const Sizes sizes = check_forward_args(input, weights, bias, h0, c0, op);
   const c10::cuda::CUDAGuard device_guard(input.device());
-  if (!use_persistent(sizes, input.scalar_type(), false, op)) {
-    return sequence_steps(sizes, input, weights, bias, h0, c0, cuda_steps());
+  const Path path = choose_path(sizes, input.scalar_type(), false, op);
+  if (path != Path::kPersistent) {
+    return sequence_steps(
+        sizes, input, weights, bias, h0, c0, loops_of(path));
   }
   ForwardBuffers b = prepare_forward(sizes, input, weights, /*save=*/false);
   persistent_forward(sizes, weights, bias, h0, c0, b);
@@ -272,9 +402,10 @@ ForwardResult sequence_forward_cuda(
   constexpr const char* op = "lltm::sequence_forward";
   const Sizes sizes = check_forward_args(input, weights, bias, h0, c0, op);
   const c10::cuda::CUDAGuard device_guard(input.device());
-  if (!use_persistent(sizes, input.scalar_type(), false, op)) {
+  const Path path = choose_path(sizes, input.scalar_type(), false, op);
+  if (path != Path::kPersistent) {
     return sequence_forward_steps(
-        sizes, input, weights, bias, h0, c0, cuda_steps());
+        sizes, input, weights, bias, h0, c0, loops_of(path));
   }
   ForwardBuffers b = prepare_forward(sizes, input, weights, /*save=*/true);
   persistent_forward(sizes, weights, bias, h0, c0, b);
@@ -306,7 +437,8 @@ BackwardResult sequence_backward_cuda(
   const c10::cuda::CUDAGuard device_guard(input.device());
   const at::Tensor cells_c = cells.contiguous();
   const at::Tensor gates_c = gates.contiguous();
-  if (!use_persistent(sizes, input.scalar_type(), true, op)) {
+  const Path path = choose_path(sizes, input.scalar_type(), true, op);
+  if (path != Path::kPersistent) {
     return sequence_backward_steps(
         sizes,
         grad_output,
@@ -319,7 +451,7 @@ BackwardResult sequence_backward_cuda(
         cells_c,
         gates_c,
         mask,
-        cuda_steps());
+        loops_of(path));
   }
   const auto options = gates.options();
   const int64_t B = sizes.batch;

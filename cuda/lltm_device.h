@@ -1,5 +1,5 @@
 // Device helpers shared by the LLTM CUDA kernels (lltm_kernel.cu,
-// lltm_small.cu): the math in the accumulation type, conversions, packed
+// lltm_small.cu, lltm_sequence.cu, lltm_step.cu): the math in the accumulation type, conversions, packed
 // loads and stores, and launch-configuration queries.
 #pragma once
 
@@ -92,6 +92,22 @@ __device__ __forceinline__ __half narrow(float v, __half*) {
 }
 __device__ __forceinline__ __nv_bfloat16 narrow(float v, __nv_bfloat16*) {
   return __float2bfloat16(v);
+}
+
+template <typename T>
+__device__ __forceinline__ void put(T* p, acc_t<T> v) {
+  *p = narrow(v, static_cast<T*>(nullptr));
+}
+
+// One element of a strided operand, in the math type; none reads as zero.
+template <typename T>
+__device__ __forceinline__ acc_t<T> load_element(
+    const Strided<T>& m,
+    int64_t row,
+    int64_t col) {
+  return m.data == nullptr
+      ? acc_t<T>(0)
+      : widen(m.data[row * m.row_stride + col * m.col_stride]);
 }
 
 // V elements moved as one access (16 bytes when V = 16 / sizeof(T)).

@@ -47,26 +47,11 @@ namespace cg = cooperative_groups;
 
 using namespace detail; // NOLINT(google-build-using-namespace)
 
-template <typename T>
-__device__ __forceinline__ void put(T* p, acc_t<T> v) {
-  *p = narrow(v, static_cast<T*>(nullptr));
-}
-
 // Data that other blocks wrote in this launch, before the last barrier:
 // read past L1, which is not coherent across multiprocessors.
 template <typename T>
 __device__ __forceinline__ acc_t<T> load_shared_data(const T* p) {
   return widen(__ldcg(p));
-}
-
-template <typename T>
-__device__ __forceinline__ acc_t<T> load(
-    const Strided<T>& m,
-    int64_t row,
-    int64_t col) {
-  return m.data == nullptr
-      ? acc_t<T>(0)
-      : widen(m.data[row * m.row_stride + col * m.col_stride]);
 }
 
 template <typename T>
@@ -80,6 +65,16 @@ __device__ __forceinline__ acc_t<T> load(
       : widen(m.data
                   [step * m.step_stride + row * m.row_stride +
                    col * m.col_stride]);
+}
+
+// The barrier between steps: a grid-wide one, or, where the grid is one
+// block, the block's, which costs a fraction of it.
+__device__ __forceinline__ void step_barrier(cg::grid_group& grid) {
+  if (gridDim.x == 1) {
+    __syncthreads();
+  } else {
+    grid.sync();
+  }
 }
 
 // How the problem is cut: `columns` (J) state columns per block, tiles of
@@ -156,6 +151,15 @@ __global__ void __launch_bounds__(kThreads)
         if (j >= S) {
           continue;
         }
+        const int64_t b = b0 + r;
+        const int64_t at = b * S + j;
+        // Loads that do not wait for h_{t-1}, issued before the dot product
+        // so that their latency hides behind it.
+        T* z = z_t + b * 3 * S;
+        const A pi = widen(z[j]) + widen(a.bias[j]);
+        const A po = widen(z[S + j]) + widen(a.bias[S + j]);
+        const A pc = widen(z[2 * S + j]) + widen(a.bias[2 * S + j]);
+        const A c_old = widen(c_prev[at]);
         const A* h_r = h_s + r * p.ld;
         const A* w_j = w_s + jl;
         A zi = 0, zo = 0, zc = 0;
@@ -166,16 +170,10 @@ __global__ void __launch_bounds__(kThreads)
           zo += h * w_k[J];
           zc += h * w_k[2 * J];
         }
-        const int64_t b = b0 + r;
-        T* z = z_t + b * 3 * S;
-        zi += widen(z[j]) + widen(a.bias[j]);
-        zo += widen(z[S + j]) + widen(a.bias[S + j]);
-        zc += widen(z[2 * S + j]) + widen(a.bias[2 * S + j]);
-        const A i = sigmoid(zi);
-        const A o = sigmoid(zo);
-        const A g = elu(zc);
-        const int64_t at = b * S + j;
-        const A c = widen(c_prev[at]) + g * i;
+        const A i = sigmoid(zi + pi);
+        const A o = sigmoid(zo + po);
+        const A g = elu(zc + pc);
+        const A c = c_old + g * i;
         const A h = tanh_(c) * o;
         put(c_out + at, c);
         put(h_out + at, h);
@@ -190,7 +188,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    grid.sync(); // h_t is complete before any block reads it
+    step_barrier(grid); // h_t is complete before any block reads it
   }
 }
 
@@ -237,6 +235,21 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
         }
         const int64_t b = b0 + r;
         const int64_t at = b * S + j;
+        // Loads that do not wait for dZ_{t+1}, issued before the dot
+        // product so that their latency hides behind it.
+        A gh = 0, gc = 0, i = 0, o = 0, g = 0, tc = 0;
+        if (t >= 0) {
+          gh = load(a.grad_output, t, b, j);
+          if (last) {
+            gh += load_element(a.grad_h_n, b, j);
+          }
+          gc = last ? load_element(a.grad_c_n, b, j) : dc[at];
+          const T* act = a.gates + (t * B + b) * G;
+          i = widen(act[j]);
+          o = widen(act[S + j]);
+          g = widen(act[2 * S + j]);
+          tc = tanh_(widen(a.cells[t * B * S + at]));
+        }
         A recurrent = 0; // dZ_{t+1} W_h at (b, j)
         if (!last) {
           const A* dz_r = dz_s + r * p.ld;
@@ -254,14 +267,7 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
           put(a.d_h0 + at, recurrent);
           continue;
         }
-        const A gh = load(a.grad_output, t, b, j) +
-            (last ? load(a.grad_h_n, b, j) : recurrent);
-        const A gc = last ? load(a.grad_c_n, b, j) : dc[at];
-        const T* act = a.gates + (t * B + b) * G;
-        const A i = widen(act[j]);
-        const A o = widen(act[S + j]);
-        const A g = widen(act[2 * S + j]);
-        const A tc = tanh_(widen(a.cells[t * B * S + at]));
+        gh += recurrent;
         const A d_cell = (A(1) - tc * tc) * o * gh + gc;
         T* dz = a.d_gates + (t * B + b) * G;
         put(dz + j, d_cell * g * i * (A(1) - i));
@@ -273,7 +279,7 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
         }
       }
     }
-    grid.sync(); // dZ_t is complete before any block reads it
+    step_barrier(grid); // dZ_t is complete before any block reads it
   }
 }
 

@@ -1,6 +1,7 @@
-// Launchers of the persistent LLTM sequence kernels (lltm_sequence.cu): one
-// cooperative launch runs every time step of a layer, forward or backward,
-// with W_h kept in shared memory across the steps.
+// Launchers of the LLTM sequence kernels: the persistent ones
+// (lltm_sequence.cu), where one cooperative launch runs every time step of a
+// layer, forward or backward, with W_h kept in shared memory across the
+// steps; and the fused steps (lltm_step.cu), one launch per step.
 //
 // Plain CUDA C++ like lltm_kernel.h: raw pointers, sizes and a stream in,
 // cudaError_t out. cpp/sequence_cuda.cpp runs the GEMMs around them (the
@@ -97,6 +98,67 @@ size_t sequence_backward_workspace_size(const SequenceBackwardArgs<T>& args);
 template <typename T>
 cudaError_t launch_sequence_backward(
     const SequenceBackwardArgs<T>& args,
+    void* workspace,
+    cudaStream_t stream);
+
+// --- the fused per-step path (lltm_step.cu) ---------------------------------
+// One launch per step and direction: the recurrent GEMM with the cell's
+// pointwise math in its epilogue. Dense operands are row-major with unit
+// column stride and the row lengths their shapes give.
+
+// Step t of the forward.
+template <typename T>
+struct StepForwardArgs {
+  const T* h; // h_{t-1}: [batch, state], dense
+  const T* w; // W_h, as in SequenceForwardArgs
+  int64_t ld_w;
+  // [batch, 3 * state], dense: P_t on entry; the activations [i | o | g]
+  // on exit when `save`, else unchanged.
+  T* z;
+  const T* bias; // [3 * state]
+  const T* c; // c_{t-1}: [batch, state], dense; may equal c_out
+  T* h_out; // h_t: [batch, state], dense
+  T* c_out; // c_t: [batch, state], dense
+  T* h_n; // a second copy of h_t (the last step), or nullptr
+  T* c_n; // of c_t, with h_n
+  bool save;
+  int64_t batch;
+  int64_t state;
+};
+
+// Step t of the backward. dc, the running cell gradient, is in the
+// workspace, updated in place.
+template <typename T>
+struct StepBackwardArgs {
+  Strided<T> grad_h; // grad_output[t], or none
+  // dZ_{t+1}: [batch, 3 * state], dense; nullptr at t = T - 1, where
+  // grad_h_n takes the place of dZ_{t+1} W_h and grad_c_n that of dc_t.
+  const T* dz_next;
+  Strided<T> grad_h_n;
+  Strided<T> grad_c_n;
+  const T* w; // W_h, as in SequenceForwardArgs
+  int64_t ld_w;
+  const T* cell; // c_t: [batch, state], dense
+  const T* gates; // the activations of step t: [batch, 3 * state], dense
+  T* dz; // dZ_t: [batch, 3 * state], dense
+  T* d_c0; // dc_{t-1} once more (t = 0), or nullptr
+  int64_t batch;
+  int64_t state;
+};
+
+template <typename T>
+cudaError_t launch_step_forward(
+    const StepForwardArgs<T>& args,
+    cudaStream_t stream);
+
+// The bytes of the workspace of launch_step_backward: dc in the math type.
+// The same workspace serves every step of a backward.
+template <typename T>
+size_t step_backward_workspace_size(const StepBackwardArgs<T>& args);
+
+template <typename T>
+cudaError_t launch_step_backward(
+    const StepBackwardArgs<T>& args,
     void* workspace,
     cudaStream_t stream);
 

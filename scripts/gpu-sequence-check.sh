@@ -4,10 +4,10 @@
 #   build     pip install --no-build-isolation, LLTM_CUDA=1 (skip it when
 #             scripts/gpu-check.sh built this checkout in the same call)
 #   tests     tests/test_sequence.py and tests/test_examples.py, CUDA cases
-#             on both paths (persistent kernel and per-step loop)
+#             on every path (persistent kernel, fused steps, per-step loop)
 #   sanitize  compute-sanitizer over the sequence CUDA tests: memcheck
-#             (caching allocator off), then racecheck and synccheck over the
-#             persistent kernel's shared memory and barriers
+#             (caching allocator off), then racecheck, synccheck and
+#             initcheck over every path's kernels
 #   bench     the sequence benchmark at the project's sizes (64,16,32,128;
 #             64,256,256,256; 32,1024,512,512; 100,32,128,512; 512,1,32,128)
 #             in float32 (TF32 off), float16 and bfloat16, one process each:
@@ -83,10 +83,13 @@ if wants sanitize; then
   cuda_tests=(tests/test_sequence.py -p no:cacheprovider -q -m cuda -k "not compile and not graph and not opcheck")
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 step memcheck sanitize.log timeout 240 \
     compute-sanitizer --tool memcheck --error-exitcode 1 --print-limit 20 "$py" -m pytest "${cuda_tests[@]}"
-  for tool in racecheck synccheck; do
-    step "$tool" sanitize.log timeout 120 \
+  # Every path's kernels (paths_agree runs all three) and the fused kernel's
+  # tiles at the edges of their sizes.
+  for tool in racecheck synccheck initcheck; do
+    step "$tool" sanitize.log timeout 150 \
       compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 "$py" -m pytest \
-      tests/test_sequence.py -p no:cacheprovider -q -m cuda -k "paths_agree and float32 and not B300"
+      tests/test_sequence.py -p no:cacheprovider -q -m cuda \
+      -k "(paths_agree and float32 and not B300) or (fused_tiles and (B1- or B17 or B300))"
   done
 fi
 # tables MD NAME... [OPTION...]: scripts/bench_tables.py over the $out/NAME.json

@@ -1,8 +1,9 @@
 """lltm.lltm_sequence, lltm.LLTMLayer and the torch.ops.lltm.sequence* ops.
 
 The reference is a Python loop of the pure-PyTorch cell in float64. On CUDA
-every case runs on both paths, the persistent kernel and the per-step loop,
-forced with LLTM_SEQUENCE_PATH.
+every case runs on each path, forced with LLTM_SEQUENCE_PATH: the persistent
+kernel, the fused steps (a GEMM with the cell in its epilogue per step) and
+the per-step loop of cuBLAS and the pointwise kernel.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import lltm
 from helpers import assert_close_to_reference
 from lltm.reference import lltm_reference
 
-# (device, LLTM_SEQUENCE_PATH): the CPU has one path, CUDA two.
+CUDA_PATHS = ("persistent", "fused", "steps")
+
+# (device, LLTM_SEQUENCE_PATH): the CPU has one path, CUDA three.
 PATHS = [
     pytest.param(("cpu", "auto"), id="cpu"),
-    pytest.param(("cuda", "persistent"), id="cuda-persistent", marks=pytest.mark.cuda),
-    pytest.param(("cuda", "steps"), id="cuda-steps", marks=pytest.mark.cuda),
+    *(pytest.param(("cuda", p), id=f"cuda-{p}", marks=pytest.mark.cuda) for p in CUDA_PATHS),
 ]
 
 # (steps, batch, input_features, state_size): the tutorial's cell, odd sizes,
@@ -28,7 +30,7 @@ PATHS = [
 SHAPES = [(6, 16, 32, 128), (5, 3, 7, 5), (1, 2, 3, 4), (7, 1, 1, 33), (4, 5, 3, 64)]
 
 
-@pytest.fixture(params=["persistent", "steps"])
+@pytest.fixture(params=CUDA_PATHS)
 def cuda_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """LLTM_SEQUENCE_PATH for a CUDA-only test, set to each path in turn."""
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", request.param)
@@ -486,16 +488,36 @@ def test_layer_rejects_bad_sizes() -> None:
 def test_cuda_paths_agree(
     monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, shape: tuple[int, int, int, int]
 ) -> None:
-    """The persistent kernel and the per-step loop: the same numbers, to rounding."""
+    """Every CUDA path: the same numbers, to rounding."""
     args = make_sequence(*shape, device="cuda", dtype=dtype)
-    results = {}
-    for path in ("persistent", "steps"):
-        monkeypatch.setenv("LLTM_SEQUENCE_PATH", path)
-        results[path] = with_grads(lltm.lltm_sequence, args)
     want = reference_with_grads(args)
-    for p, s, w in zip(results["persistent"], results["steps"], want, strict=True):
-        assert_close_to_reference(p.cpu(), w)
-        assert_close_to_reference(s.cpu(), w)
+    for path in CUDA_PATHS:
+        monkeypatch.setenv("LLTM_SEQUENCE_PATH", path)
+        for got, w in zip(with_grads(lltm.lltm_sequence, args), want, strict=True):
+            assert_close_to_reference(got.cpu(), w)
+
+
+# Each of the fused kernel's tiles, by the sizes that select it on a GPU of
+# 132 multiprocessors (an H200), at its edges: rows and columns past a
+# tile's end, one step, one row.
+FUSED_SHAPES = [
+    (1, 1, 3, 20),  # the smallest tiles, one row
+    (2, 17, 5, 33),  # a row and a column past the smallest tiles
+    (2, 300, 8, 256),  # forward 16x32
+    (2, 600, 4, 256),  # backward 16x64
+    (1, 1023, 8, 512),  # forward 64x32, backward 16x64, a short last tile
+    (2, 1200, 8, 510),  # forward 64x64, backward 64x64
+    (2, 2200, 4, 512),  # backward 64x128
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", FUSED_SHAPES, ids=lambda s: "T{}-B{}-F{}-S{}".format(*s))
+def test_cuda_fused_tiles(monkeypatch: pytest.MonkeyPatch, shape: tuple[int, int, int, int]) -> None:
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "fused")
+    args = make_sequence(*shape, device="cuda", dtype=torch.float32)
+    for got, w in zip(with_grads(lltm.lltm_sequence, args), reference_with_grads(args), strict=True):
+        assert_close_to_reference(got.cpu(), w)
 
 
 @pytest.mark.cuda

@@ -57,6 +57,7 @@ CUDA_SOURCES = (
     "cuda/lltm_kernel.cu",
     "cuda/lltm_small.cu",
     "cuda/lltm_sequence.cu",
+    "cuda/lltm_step.cu",
 )
 CPU_KERNEL_SOURCES = (
     "cpp/lltm_cpu_kernel_default.cpp",
