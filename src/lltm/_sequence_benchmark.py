@@ -49,7 +49,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -200,6 +200,8 @@ class _Variant:
     forward: Step
     path: str | None
     leaves: list[Tensor]
+    # Facts for the variant's row (nn.LSTM: whether its weights are flat).
+    info: dict[str, Any] = field(default_factory=dict)
 
     def clear_grads(self) -> None:
         for t in self.leaves:
@@ -272,7 +274,13 @@ def _variants(
         # .to() may leave the weights in separate chunks; cuDNN then copies
         # them at every call. bf16 cannot be flattened (it stays a no-op).
         lstm.flatten_parameters()
-        cases["nn.LSTM"] = _Variant(lambda: lstm(x)[0], None, [*lstm.parameters(), x])
+        # One storage for all weights is what cuDNN needs not to copy them
+        # (the CPU has no such thing: None).
+        storages = {w.untyped_storage().data_ptr() for w in lstm._flat_weights}
+        flat = len(storages) == 1 if device.type == "cuda" else None
+        cases["nn.LSTM"] = _Variant(
+            lambda: lstm(x)[0], None, [*lstm.parameters(), x], {"weights_flat": flat}
+        )
     return cases, errors
 
 
@@ -557,7 +565,9 @@ def run_sequence(
         GPU time), ``gpu_error`` (why there is no GPU time), ``launches``,
         ``vs_lstm`` (nn.LSTM's wall median / this one's: above 1 is faster
         than nn.LSTM), ``gpu_vs_lstm`` (the same on GPU times) and
-        ``vs_loop_lltm`` (against the loop of ``lltm.LLTM``). A variant that
+        ``vs_loop_lltm`` (against the loop of ``lltm.LLTM``); nn.LSTM's row
+        also has ``weights_flat`` (on CUDA: whether its weights share the one
+        buffer that cuDNN needs, else it copies them per call). A variant that
         cannot run here (a path forced where it does not fit, or unknown to
         this build; CUDA-only; out of memory) has ``error`` instead of times.
     """
@@ -712,7 +722,11 @@ def _run_point(
     graphs, counts = _gpu_measures(
         cases, medians, device, seconds, gpu_time=gpu_time, launches=launches
     )
-    return _rows(size, precision, device, names, errors, samples, runs, graphs, counts)
+    rows = _rows(size, precision, device, names, errors, samples, runs, graphs, counts)
+    for row in rows:
+        if row["variant"] in cases:
+            row.update(cases[row["variant"]].info)
+    return rows
 
 
 def _rows(
@@ -890,6 +904,14 @@ def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
         }
     )
     lines += [f"no GPU time: {e}" for e in errors]
+    unflat = sorted(
+        {r.get("precision", r["dtype"]) for r in results if r.get("weights_flat") is False}
+    )
+    if unflat:
+        lines.append(
+            f"nn.LSTM's weights are not flat in {', '.join(unflat)}: cuDNN copies them at "
+            "every call"
+        )
     return "\n".join(lines)
 
 
