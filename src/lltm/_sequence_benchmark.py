@@ -276,7 +276,8 @@ def _variants(
         lstm.flatten_parameters()
         # One storage for all weights is what cuDNN needs not to copy them
         # (the CPU has no such thing: None).
-        storages = {w.untyped_storage().data_ptr() for w in lstm._flat_weights}
+        weights = getattr(lstm, "_flat_weights", None) or list(lstm.parameters())
+        storages = {w.untyped_storage().data_ptr() for w in weights}
         flat = len(storages) == 1 if device.type == "cuda" else None
         cases["nn.LSTM"] = _Variant(
             lambda: lstm(x)[0], None, [*lstm.parameters(), x], {"weights_flat": flat}
