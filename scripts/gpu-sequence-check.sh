@@ -158,8 +158,8 @@ if wants bench; then
 fi
 if wants sweep && [[ -f $out/sweep.md ]]; then
   # The worst and median speedups, and the largest host ratios.
-  grep -E '^\| (precision|float|bfloat|all) |^Largest host ratio' "$out/sweep.md" |
-    grep -vE '^\| [a-z0-9]+, F=' | tee -a "$out/summary.txt"
+  grep -E '^\| (precision|[a-z0-9-]+|all) \||^Largest host ratio' "$out/sweep.md" |
+    tee -a "$out/summary.txt"
 fi
 if wants ddp; then
   grep -E '^( *[0-9]+ |world|largest|test accuracy)' "$out/ddp.log" | tee -a "$out/summary.txt"
