@@ -2,7 +2,7 @@ r"""Render benchmark JSON as the Markdown tables of docs/performance.md.
 
     python scripts/bench_tables.py bench.json [more.json ...]
     python scripts/bench_tables.py sweep-float32.json sweep-float16.json \\
-        [--plot heatmap.png] [--json sweep.json]
+        [--plot heatmap.png] [--plot-gpu heatmap-gpu.png] [--json sweep.json]
 
 Each input is what ``python -m lltm.benchmark --json`` writes, or what
 ``scripts/gpu-check.sh`` gathers into one file (a dict of such reports).
@@ -15,8 +15,8 @@ Each input is what ``python -m lltm.benchmark --json`` writes, or what
 * ``--sequence --sweep``: the rows of every sweep file together (one process
   per precision, as the goals want), as the speedup tables of the layer over
   nn.LSTM (rows T, columns B), the worst and median speedup, the GPU time per
-  step and the host ratio. ``--plot`` draws their heat map and ``--json``
-  writes them as one report. The sequence reports need lltm importable (they
+  step and the host ratio. ``--plot`` draws their heat map (``--plot-gpu``
+  the same on GPU times) and ``--json`` writes them as one report. The sequence reports need lltm importable (they
   use :mod:`lltm._sequence_benchmark`).
 """
 
@@ -86,7 +86,10 @@ def main(argv: list[str] | None = None) -> None:
     """Print the tables of the files on the command line; merge and plot the sweeps."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="+", type=Path, help="benchmark JSON files")
-    parser.add_argument("--plot", metavar="PNG", help="the sweeps' heat map")
+    parser.add_argument("--plot", metavar="PNG", help="the sweeps' heat map (wall time)")
+    parser.add_argument(
+        "--plot-gpu", metavar="PNG", help="the same on GPU times (CUDA-graph replays)"
+    )
     parser.add_argument("--json", metavar="PATH", help="the sweeps' rows as one report")
     args = parser.parse_args(argv)
     sweep_rows: list[dict[str, Any]] = []
@@ -106,8 +109,10 @@ def main(argv: list[str] | None = None) -> None:
                 print(format_sequence_markdown(rows))
             else:
                 print(cell_tables(report))
-    if (args.plot or args.json) and not sweep_rows:
-        parser.error("--plot and --json need sweep reports (python -m lltm.benchmark --sweep)")
+    if (args.plot or args.plot_gpu or args.json) and not sweep_rows:
+        parser.error(
+            "--plot, --plot-gpu and --json need sweep reports (python -m lltm.benchmark --sweep)"
+        )
     if sweep_rows:
         from lltm import _sequence_benchmark as seq  # noqa: PLC0415
 
@@ -121,8 +126,11 @@ def main(argv: list[str] | None = None) -> None:
                 "summary": seq.sweep_summary(sweep_rows),
             }
             Path(args.json).write_text(json.dumps(merged, indent=2))
-        if args.plot:  # last: without matplotlib this stops, the rest is done
+        # Last: without matplotlib this stops, and the rest is done.
+        if args.plot:
             seq.plot_sweep(sweep_rows, args.plot)
+        if args.plot_gpu:
+            seq.plot_sweep(sweep_rows, args.plot_gpu, metric="gpu")
 
 
 if __name__ == "__main__":

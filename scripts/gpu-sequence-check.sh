@@ -19,7 +19,8 @@
 #             cuDNN in float32 (TF32 off) and float16, one process each
 #             (about 2 minutes each); then sweep.md (the Markdown of
 #             docs/performance.md: speedup tables, worst and median, GPU time
-#             per step, host ratio), sweep.json (both merged) and heatmap.png
+#             per step, host ratio), sweep.json (both merged), heatmap.png
+#             and heatmap-gpu.png (the speedup in GPU time)
 #   ddp       examples/train_digits.py on one GPU, then under
 #             torchrun --nproc_per_node=2 (NCCL) with the same seed and global
 #             batch: both loss curves, their largest difference, the accuracy
@@ -120,7 +121,7 @@ if wants sweep; then
       --precision "$p" --json "$out/sweep-$p.json"
   done
   step "sweep tables" sweep.log tables sweep.md sweep-float32 sweep-float16 \
-    --plot "$out/heatmap.png" --json "$out/sweep.json"
+    --plot "$out/heatmap.png" --plot-gpu "$out/heatmap-gpu.png" --json "$out/sweep.json"
 fi
 if wants ddp; then
   ddp() {

@@ -508,3 +508,16 @@ def test_graph_time_cuda_calls_with_a_fake_torch_cuda(monkeypatch: pytest.Monkey
     assert 0 in seq._CYCLES_PER_MS
     g = seq.graph_time(seq._Variant(fail, None, [leaf]), torch.device("cuda"))
     assert g.error == "RuntimeError: CUDA error: operation not permitted when stream is capturing"
+
+
+def test_sweep_heat_map_of_gpu_times(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    rows = [
+        sequence_row(v, t, b, 1.0, gpu)
+        for t in (2, 4)
+        for b in (1, 8)
+        for v, gpu in (("layer", 0.5 * t), ("nn.LSTM", 1.0))
+    ]
+    path = tmp_path / "gpu.png"
+    seq.plot_sweep(rows, str(path), metric="gpu")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

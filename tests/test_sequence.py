@@ -513,10 +513,14 @@ FUSED_SHAPES = [
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("shape", FUSED_SHAPES, ids=lambda s: "T{}-B{}-F{}-S{}".format(*s))
-def test_cuda_fused_tiles(monkeypatch: pytest.MonkeyPatch, shape: tuple[int, int, int, int]) -> None:
+def test_cuda_fused_tiles(
+    monkeypatch: pytest.MonkeyPatch, shape: tuple[int, int, int, int]
+) -> None:
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "fused")
     args = make_sequence(*shape, device="cuda", dtype=torch.float32)
-    for got, w in zip(with_grads(lltm.lltm_sequence, args), reference_with_grads(args), strict=True):
+    for got, w in zip(
+        with_grads(lltm.lltm_sequence, args), reference_with_grads(args), strict=True
+    ):
         assert_close_to_reference(got.cpu(), w)
 
 
