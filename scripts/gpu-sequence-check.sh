@@ -8,21 +8,32 @@
 #   sanitize  compute-sanitizer over the sequence CUDA tests: memcheck
 #             (caching allocator off), then racecheck, synccheck and
 #             initcheck over every path's kernels
-#   bench     the sequence benchmark at the issue's sizes, float32 and
-#             bfloat16: the layer (auto, persistent, steps) against Python
-#             loops of the cell and nn.LSTM (cuDNN)
+#   bench     the sequence benchmark at the project's sizes (64,16,32,128;
+#             64,256,256,256; 32,1024,512,512; 100,32,128,512; 512,1,32,128)
+#             in float32 (TF32 off), float16 and bfloat16, one process each:
+#             the layer (auto, persistent, steps, fused) against nn.LSTM
+#             (cuDNN), wall and GPU time (CUDA-graph replay), host ratio and
+#             kernels per call; sizes-PRECISION.json, sizes.md
+#   sweep     issue 12's sweep, T in {16,64,128,512} x B in {1,...,4096} x
+#             (F,S) in {(32,128),(128,256),(256,512)}, the layer against
+#             cuDNN in float32 (TF32 off) and float16, one process each
+#             (about 2 minutes each); then sweep.md (the Markdown of
+#             docs/performance.md: speedup tables, worst and median, GPU time
+#             per step, host ratio), sweep.json (both merged), heatmap.png
+#             and heatmap-gpu.png (the speedup in GPU time)
 #   ddp       examples/train_digits.py on one GPU, then under
 #             torchrun --nproc_per_node=2 (NCCL) with the same seed and global
 #             batch: both loss curves, their largest difference, the accuracy
 # Usage: scripts/gpu-sequence-check.sh [OUT_DIR [STEP...]]  (default: every step)
-# Writes six files to OUT_DIR (default $OUT): summary.txt, build.log,
-# tests.log, sanitize.log, bench.log and ddp.log. About 6 minutes on an H200
-# with the build, 3 without.
+# Writes to OUT_DIR (default $OUT): summary.txt and a log per step
+# (build.log, tests.log, sanitize.log, bench.log, sweep.log, ddp.log), and the
+# bench and sweep files above. About 6 minutes on an H200 with the build, 3
+# without, plus 2 for bench and 4 to 5 for sweep.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${1:-${OUT:-/tmp/lltm-gpu-sequence-check}}
 shift || true
-steps=${*:-build tests sanitize bench ddp}
+steps=${*:-build tests sanitize bench sweep ddp}
 mkdir -p "$out"
 py=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
@@ -82,13 +93,35 @@ if wants sanitize; then
       -k "(paths_agree and float32 and not B300) or (fused_tiles and (B1- or B17 or B300))"
   done
 fi
+# tables MD NAME... [OPTION...]: scripts/bench_tables.py over the $out/NAME.json
+# that exist (a step cut short by its timeout wrote none, or part), into $out/MD.
+tables() {
+  local md=$1 files=()
+  shift
+  while [[ $# -gt 0 && $1 != --* ]]; do
+    [[ -f $out/$1.json ]] && files+=("$out/$1.json")
+    shift
+  done
+  [[ ${#files[@]} -gt 0 ]] || return 1
+  "$py" scripts/bench_tables.py "${files[@]}" "$@" >"$out/$md"
+}
 if wants bench; then
-  bench() {
-    step "bench $*" bench.log timeout 240 "$py" -m lltm._sequence_benchmark --device cuda --runs 20 \
-      --size 64,16,32,128 --size 64,256,256,256 --size 32,1024,512,512 "$@"
-  }
-  bench --dtype float32
-  bench --dtype bfloat16
+  for p in float32 float16 bfloat16; do
+    step "bench sizes $p" bench.log timeout 150 "$py" -m lltm.benchmark --sequence --device cuda \
+      --sizes 64x16x32x128,64x256x256x256,32x1024x512x512,100x32x128x512,512x1x32x128 \
+      --variants layer,layer-persistent,layer-steps,layer-fused,nn.LSTM --precision "$p" \
+      --seconds 1 --launches --json "$out/sizes-$p.json"
+  done
+  step "bench tables" bench.log tables sizes.md sizes-float32 sizes-float16 sizes-bfloat16
+fi
+if wants sweep; then
+  # One process per precision: each table is measured in a process of its own.
+  for p in float32 float16; do
+    step "sweep $p" sweep.log timeout 330 "$py" -m lltm.benchmark --sequence --sweep --device cuda \
+      --precision "$p" --json "$out/sweep-$p.json"
+  done
+  step "sweep tables" sweep.log tables sweep.md sweep-float32 sweep-float16 \
+    --plot "$out/heatmap.png" --plot-gpu "$out/heatmap-gpu.png" --json "$out/sweep.json"
 fi
 if wants ddp; then
   ddp() {
@@ -122,7 +155,12 @@ echo
 echo "=== summary"
 printf '%s\n' "${summary[@]}" | tee -a "$out/summary.txt"
 if wants bench; then
-  grep -E '^(T,B,F,S|---|[0-9]+,)' "$out/bench.log" | tee -a "$out/summary.txt"
+  grep -E '^(T,B,F,S|---|[0-9]+,|no GPU time)' "$out/bench.log" | tee -a "$out/summary.txt"
+fi
+if wants sweep && [[ -f $out/sweep.md ]]; then
+  # The worst and median speedups, and the largest host ratios.
+  grep -E '^\| (precision|[a-z0-9-]+|all) \||^Largest host ratio' "$out/sweep.md" |
+    tee -a "$out/summary.txt"
 fi
 if wants ddp; then
   grep -E '^( *[0-9]+ |world|largest|test accuracy)' "$out/ddp.log" | tee -a "$out/summary.txt"

@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import torch
 
 import lltm
+from lltm import _sequence_benchmark as seq
 from lltm import benchmark
+
+# scripts/bench_tables.py, imported as a module by the sweep test.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 
 def run_benchmark(*args: str) -> subprocess.CompletedProcess[str]:
@@ -147,3 +157,367 @@ def test_sequence_mode() -> None:
     assert set(rows) == {"loop-python", "loop-lltm", "layer", "nn.LSTM"}
     assert all(r["steps"] == 3 and r["median_ms"] > 0 for r in rows.values())
     assert rows["nn.LSTM"]["vs_lstm"] == 1.0
+
+
+# --- the sequence benchmark: sweeps, GPU time, precisions, flags ---------------------
+
+
+def sequence_row(variant: str, t: int, b: int, wall: float, gpu: float | None = None) -> dict:
+    """A row of run_sequence's shape, with the fields the reports read."""
+    return {
+        "variant": variant,
+        "device": "cuda:0",
+        "dtype": "float32",
+        "precision": "float32",
+        "steps": t,
+        "batch": b,
+        "features": 3,
+        "state": 4,
+        "median_ms": wall,
+        "min_ms": wall,
+        "gpu_ms": gpu,
+        "gpu_us_per_step": gpu * 1e3 / t if gpu is not None else None,
+        "host_ratio": wall / gpu if gpu is not None else None,
+    }
+
+
+def test_sweep_on_cpu_json_tables_plot_and_bench_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tiny sweep end to end: JSON, Markdown tables, heat map, and bench_tables.py."""
+    json_path, png = tmp_path / "sweep.json", tmp_path / "heat.png"
+    plot = ["--plot", str(png)] if importlib.util.find_spec("matplotlib") else []
+    benchmark.main(
+        [
+            *("--sequence", "--sweep", "--steps", "2,3", "--batches", "1,2", "--fs", "3x4"),
+            *("--device", "cpu", "--runs", "1", "--warmup", "1", "--json", str(json_path), *plot),
+        ]
+    )
+    out, err = capsys.readouterr()
+    report = json.loads(json_path.read_text())
+    config = report["config"]
+    assert config["mode"] == "sweep"
+    assert (config["steps"], config["batches"], config["fs"]) == ([2, 3], [1, 2], [[3, 4]])
+    assert config["variants"] == ["layer", "nn.LSTM"]
+    rows = report["results"]
+    assert [(r["steps"], r["batch"], r["variant"]) for r in rows] == [
+        (t, b, v) for t in (2, 3) for b in (1, 2) for v in ("layer", "nn.LSTM")
+    ]
+    for r in rows:
+        assert r["precision"] == "float32"
+        assert (r["matmul_tf32"], r["cudnn_tf32"]) == (False, False)
+        assert r["median_ms"] > 0
+        assert r["runs"] == 1
+        # No CUDA graph on the CPU: no GPU time, and said why.
+        assert r["gpu_ms"] is None
+        assert r["host_ratio"] is None
+        assert r["gpu_error"] == "CUDA only"
+    summary = report["summary"]["precisions"]["float32"]
+    assert summary["points"] == 4
+    assert summary["worst"]["value"] <= summary["median"]
+    assert "[4/4] float32 T=3 B=2 F=3 S=4" in err
+    assert "| float32, F=3, S=4 | B=1 | B=2 |\n|---|---:|---:|\n| T=2 | " in out
+    assert "\n| T=3 | " in out
+    assert "| precision | points | worst | median | below 1.0 | n/a |" in out
+    # Neither GPU time nor host ratio on the CPU: those tables are left out.
+    assert "µs/step" not in out
+    if plot:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The helper for docs/performance.md: the same tables from the JSON.
+    tables = importlib.import_module("bench_tables")
+    merged = tmp_path / "merged.json"
+    tables.main([str(json_path), "--json", str(merged)])
+    again = capsys.readouterr().out
+    assert "| float32, F=3, S=4 | B=1 | B=2 |" in again
+    assert json.loads(merged.read_text())["summary"]["overall"]["points"] == 4
+
+
+def test_sweep_tables_and_summary() -> None:
+    """The speedup, per-step and host tables, and the worst and median, from known rows."""
+    rows = []
+    for t, b, layer, lstm in ((2, 1, 1.0, 2.0), (2, 8, 4.0, 2.0), (4, 1, 1.0, 1.5)):
+        rows += [
+            sequence_row("layer", t, b, layer, layer / 2),
+            sequence_row("nn.LSTM", t, b, lstm, lstm),
+        ]
+    missing = sequence_row("layer", 4, 8, 1.0)
+    rows.append({k: v for k, v in missing.items() if k != "median_ms"} | {"error": "out of memory"})
+    rows.append(sequence_row("nn.LSTM", 4, 8, 1.0))
+    text = seq.format_sweep_tables(rows)
+    assert (
+        "| float32, F=3, S=4 | B=1 | B=8 |\n|---|---:|---:|\n| T=2 | 2.00 | 0.50 |\n"
+        "| T=4 | 1.50 | n/a |" in text
+    )
+    assert "cuDNN nn.LSTM" in text
+    # GPU time per step in µs, layer / cuDNN: 0.5 ms over 2 steps is 250 µs.
+    assert "| T=2 | 250 / 1000 | 1000 / 1000 |" in text
+    # Host ratio, layer / cuDNN.
+    assert "| T=2 | 2.00 / 1.00 | 2.00 / 1.00 |" in text
+    s = seq.sweep_summary(rows)["precisions"]["float32"]
+    assert (s["points"], s["missing"], s["below_1"]) == (3, 1, 1)
+    assert s["worst"] == {
+        "value": 0.5,
+        "precision": "float32",
+        "steps": 2,
+        "batch": 8,
+        "features": 3,
+        "state": 4,
+    }
+    assert s["median"] == 1.5
+    assert s["gpu_median"] == 3.0
+    assert s["host_ratio_max"]["value"] == 2.0
+    assert (s["gpu_below_1"], s["host_ratio_above_goal"]) == (0, 3)
+    assert "| float32 | 3 | 0.50x at T=2, B=8, F=3, S=4 (float32) | 1.50x | 1 | 1 |" in text
+
+
+def test_graph_time_replays_and_failures() -> None:
+    """The CUDA-graph timing logic, with fake graphs and events on the CPU."""
+    clock = [0.0]
+    log: list[str] = []
+
+    class Graph:
+        def replay(self) -> None:
+            clock[0] += 2.0
+            log.append("replay")
+
+    class Event:
+        def record(self) -> None:
+            self.t = clock[0]
+
+        def synchronize(self) -> None:
+            log.append("sync")
+
+        def elapsed_time(self, end: Event) -> float:
+            return end.t - self.t
+
+    def stall_for(ms: float) -> Callable[[], None]:
+        assert ms >= 1.0
+        return lambda: log.append("stall")
+
+    g = seq._graph_time_with(Graph, Event, lambda: None, stall_for, replays=None, seconds=0.01)
+    assert g.error is None
+    # 2 ms per replay, 10 ms of budget: 5 replays, the GPU stalled before them.
+    assert (g.median_ms, g.min_ms, g.replays) == (2.0, 2.0, 5)
+    assert log[-7:] == ["stall", *["replay"] * 5, "sync"]
+    g = seq._graph_time_with(Graph, Event, lambda: None, stall_for, replays=3, seconds=9.0)
+    assert g.replays == 3
+
+    def refuse() -> Graph:
+        msg = "operation not permitted when stream is capturing\nmore"
+        raise RuntimeError(msg)
+
+    g = seq._graph_time_with(refuse, Event, lambda: None, stall_for, replays=None, seconds=1.0)
+    assert g.median_ms is None
+    assert g.error == "RuntimeError: operation not permitted when stream is capturing"
+    # Not on CUDA: no graph, and why.
+    assert seq.graph_time(None, torch.device("cpu")).error == "CUDA only"  # type: ignore[arg-type]
+
+
+def test_a_path_that_does_not_fit_or_is_unknown_is_n_a(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RuntimeError (does not fit) and ValueError (unknown path, as 'fused' before it exists)."""
+
+    def failing(exc: Exception) -> seq._Variant:
+        def forward() -> torch.Tensor:
+            raise exc
+
+        return seq._Variant(forward, "fused", [])
+
+    leaf = torch.ones(3, requires_grad=True)
+    cases = {
+        "layer-fused": failing(ValueError("LLTM_SEQUENCE_PATH=fused: expected auto, persistent")),
+        "layer-persistent": failing(RuntimeError("the persistent kernel cannot hold W_h\nmore")),
+        "nn.LSTM": seq._Variant(lambda: leaf * 2, None, [leaf]),
+    }
+    monkeypatch.setattr(seq, "_variants", lambda *_: (dict(cases), {}))
+    rows = seq.run_sequence(2, 1, 3, 4, runs=2, warmup=1, variants=list(cases), progress=False)
+    by = {r["variant"]: r for r in rows}
+    assert by["layer-fused"]["error"] == "LLTM_SEQUENCE_PATH=fused: expected auto, persistent"
+    assert by["layer-persistent"]["error"] == "the persistent kernel cannot hold W_h"
+    assert by["nn.LSTM"]["vs_lstm"] == 1.0
+    assert "n/a: LLTM_SEQUENCE_PATH=fused" in seq.format_sequence_table(rows)
+
+
+def test_cuda_variants_on_the_cpu_and_precisions() -> None:
+    rows = seq.run_sequence(
+        2, 2, 3, 4, runs=1, warmup=1, variants=["layer", "layer-fused"], progress=False
+    )
+    assert rows[1] == {**rows[1], "variant": "layer-fused", "error": "CUDA only"}
+    default = seq.run_sequence(2, 1, 2, 3, runs=1, warmup=1, progress=False)
+    assert [r["variant"] for r in default] == ["loop-python", "loop-lltm", "layer", "nn.LSTM"]
+    # float32-defaults: cuDNN's TF32 on for the run, and back afterwards.
+    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    seen = []
+    with seq._precision(seq.PRECISIONS["float32-defaults"]):
+        seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
+    with seq._precision(seq.PRECISIONS["float32"]):
+        seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
+    assert seen == [(True, False), (False, False)]
+    assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before
+    assert "nn.LSTM computes in TF32 (cuDNN" in seq.describe(["float32-defaults"], "cpu")
+    with pytest.raises(ValueError, match="precision 'float8'"):
+        seq.run_sequence(1, 1, 1, 1, precision="float8")
+
+
+def test_sequence_sizes_with_their_own_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    benchmark.main(
+        [
+            *("--sequence", "--sizes", "2x1x3x4,3x2x3x4", "--precision", "float32,float64"),
+            *("--variants", "layer,nn.LSTM", "--device", "cpu", "--runs", "1", "--json", "-"),
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert report["config"]["sizes"] == [[2, 1, 3, 4], [3, 2, 3, 4]]
+    assert [(r["steps"], r["precision"], r["variant"]) for r in report["results"]] == [
+        (t, p, v) for t in (2, 3) for p in ("float32", "float64") for v in ("layer", "nn.LSTM")
+    ]
+    assert "| 2,1,3,4 | float32 | layer |" in seq.format_sequence_markdown(report["results"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--sequence"], r"--sequence without T: give --sweep, or --sizes STEPSx"),
+        (["--sequence", "8", "--sweep"], r"--sequence T and --sweep: the sweep takes its T"),
+        (["--sequence", "--sweep", "-b", "4"], r"--batch-size and --sweep: the sweep takes"),
+        (["--sequence", "--sweep", "--sizes", "1x2x3"], r"--sizes and --sweep"),
+        (["--sequence", "8", "--steps", "1,2"], r"--steps: only with --sweep"),
+        (["--sequence", "8", "--plot", "x.png"], r"--plot with --sequence: only with --sweep"),
+        (["--sequence", "8", "--grad", "all"], r"--grad: --sequence always differentiates"),
+        (["--sequence", "8", "--dtype", "float16", "--precision", "float16"], r"give one"),
+        (["--sequence", "8", "--precision", "float8"], r"--precision: unknown float8"),
+        (["--sequence", "8", "--variants", "layer,lstm"], r"--variants: unknown lstm; with"),
+        (["--sequence", "8", "--sizes", "2x1x3x4"], r"--sequence 8 and --sizes STEPSx"),
+        (["--sequence", "--sweep", "--fs", "32"], r"expected FEATURESxSTATE"),
+        (["--sequence", "--sweep", "--batches", "0"], r"expected positive integers"),
+        (["--sequence", "--sweep", "--device", "cpu,cuda"], r"--sweep runs on one device"),
+        (["--sweep"], r"--sweep: only with --sequence"),
+        (["--precision", "float16"], r"--precision: only with --sequence"),
+        (["--sizes", "2x1x3x4"], r"STEPSx\.\.\. only with --sequence"),
+    ],
+)
+def test_sequence_flags_that_cannot_apply_are_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit, match="2"):
+        benchmark.parse_args(argv)
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_sequence_defaults_per_mode() -> None:
+    single = benchmark.parse_args(["--sequence", "8", "-b", "4"])
+    assert single.sizes == [(8, 4, 32, 128)]
+    assert (single.precision, single.warmup, single.rounds, single.seconds) == (
+        ["float32"],
+        3,
+        5,
+        2.0,
+    )
+    sweep = benchmark.parse_args(["--sequence", "--sweep", "--device", "cpu"])
+    assert (sweep.steps, sweep.batches, sweep.fs) == (
+        list(seq.SWEEP_STEPS),
+        list(seq.SWEEP_BATCHES),
+        list(seq.SWEEP_FS),
+    )
+    assert sweep.variants == ["layer", "nn.LSTM"]
+    assert (sweep.warmup, sweep.rounds, sweep.seconds) == (2, 3, 0.5)
+    # Given values are kept, not clamped.
+    assert benchmark.parse_args(["--sequence", "8", "--warmup", "20"]).warmup == 20
+    cell = benchmark.parse_args(["--kernels"])
+    assert (cell.launches, cell.dtype, cell.warmup, cell.rounds) == (True, "float32", 20, 10)
+
+
+def test_graph_time_cuda_calls_with_a_fake_torch_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """graph_time's CUDA path, against stand-ins for torch.cuda: the calls and their order."""
+    log: list[str] = []
+    clock = [0.0]
+
+    class Stream:
+        def __init__(self, index: int | None = None) -> None:
+            self.index = index
+
+        def wait_stream(self, *_: Stream) -> None:
+            log.append("wait_stream")
+
+    class Graph:
+        def replay(self) -> None:
+            clock[0] += 1.0
+            log.append("replay")
+
+    class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            assert enable_timing
+
+        def record(self) -> None:
+            self.t = clock[0]
+
+        def synchronize(self) -> None:
+            pass
+
+        def elapsed_time(self, end: Event) -> float:
+            return end.t - self.t
+
+    @contextlib.contextmanager
+    def capture(*_: Graph, stream: Stream | None = None) -> Iterator[None]:
+        assert stream is not None
+        assert stream.index == 0  # the warm-up's stream
+        log.append("capture")
+        yield
+
+    current = Stream()
+    fakes = {
+        "current_device": lambda: 0,
+        "Stream": Stream,
+        "current_stream": lambda *_: current,
+        "stream": lambda *_: contextlib.nullcontext(),
+        "set_stream": lambda *_: log.append("set_stream"),
+        "device": lambda *_: contextlib.nullcontext(),
+        "synchronize": lambda *_: None,
+        "CUDAGraph": Graph,
+        "graph": capture,
+        "Event": Event,
+        "_sleep": lambda *_: log.append("sleep"),
+    }
+    for name, fake in fakes.items():
+        monkeypatch.setattr(torch.cuda, name, fake, raising=False)
+    monkeypatch.setattr(seq, "_SIDE_STREAMS", {})
+    monkeypatch.setattr(seq, "_CYCLES_PER_MS", {0: 1000.0})
+    leaf = torch.ones(3, requires_grad=True)
+    steps = []
+
+    def forward() -> torch.Tensor:
+        steps.append("step")
+        return leaf * 2
+
+    v = seq._Variant(forward, "steps", [leaf])
+    g = seq.graph_time(v, torch.device("cuda"), warmup=2, estimate_ms=1.0, seconds=0.004)
+    assert g.error is None
+    assert (g.median_ms, g.replays) == (1.0, 4)
+    # Two warm-up calls and the captured one; then the grads are cleared.
+    assert len(steps) == 3
+    assert leaf.grad is None
+    assert log[0] == "wait_stream"
+    assert log.index("capture") < log.index("sleep") < log.index("set_stream")
+
+    def fail() -> torch.Tensor:
+        msg = "CUDA error: operation not permitted when stream is capturing"
+        raise RuntimeError(msg)
+
+    # The spin kernel's calibration, once per GPU.
+    seq._CYCLES_PER_MS.clear()
+    assert seq._stall(torch.device("cuda"), 2.0) is not None
+    assert 0 in seq._CYCLES_PER_MS
+    g = seq.graph_time(seq._Variant(fail, None, [leaf]), torch.device("cuda"))
+    assert g.error == "RuntimeError: CUDA error: operation not permitted when stream is capturing"
+
+
+def test_sweep_heat_map_of_gpu_times(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    rows = [
+        sequence_row(v, t, b, 1.0, gpu)
+        for t in (2, 4)
+        for b in (1, 8)
+        for v, gpu in (("layer", 0.5 * t), ("nn.LSTM", 1.0))
+    ]
+    path = tmp_path / "gpu.png"
+    seq.plot_sweep(rows, str(path), metric="gpu")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,36 +1,55 @@
 """The sequence benchmark: an LLTM layer over T steps against Python loops and ``nn.LSTM``.
 
-``python -m lltm.benchmark --sequence T`` runs it; ``python -m
-lltm._sequence_benchmark`` too, on its own. Each timed iteration runs the
-forward over all T steps and the backward of ``output.sum()``, and on CUDA
-synchronizes before each clock read. Variants:
+``python -m lltm.benchmark --sequence T`` runs it at one T, ``--sequence
+--sizes TxBxFxS,...`` at sizes of their own T, and ``--sequence --sweep`` over a
+grid of T x B x (F, S); ``python -m lltm._sequence_benchmark`` runs sizes on
+its own. Each timed iteration runs the forward over all T steps and the
+backward of ``output.sum()``; the input and every parameter need grad. On CUDA
+the device is synchronized before each clock read. Variants:
 
 * ``loop-python``: a Python loop of :func:`lltm.reference.lltm_reference`,
   the eager cell, differentiated by autograd;
 * ``loop-lltm``: a Python loop of :class:`lltm.LLTM`;
 * ``layer``: :class:`lltm.LLTMLayer`, one op call per direction; on CUDA
-  also ``layer-persistent`` and ``layer-steps``, with ``LLTM_SEQUENCE_PATH``
-  forcing each path (``layer`` takes the one ``auto`` picks);
+  also ``layer-persistent``, ``layer-steps`` and ``layer-fused``, with
+  ``LLTM_SEQUENCE_PATH`` forcing each path (``layer`` takes the one ``auto``
+  picks). A forced path that does not fit, or that this build does not know,
+  is reported as n/a;
 * ``nn.LSTM``: PyTorch's LSTM at the same sizes (cuDNN on the GPU, oneDNN
   on the CPU), which does the work of 4 gates to the LLTM's 3.
 
-All variants start from the same weights (``nn.LSTM`` from its own) and
-take turns in rounds, so that a change in machine load affects them alike.
-float32 is computed alike by all: cuDNN's ``torch.backends.cudnn.allow_tf32``
-(on by default) is set to ``torch.backends.cuda.matmul.allow_tf32`` (off by
-default), which lltm's GEMMs follow, for the run.
+Two times per variant:
+
+* the **wall time**: the median of eager calls, host work included;
+* on CUDA, the **GPU time**: the same forward + backward captured once as a
+  CUDA graph and replayed, timed with CUDA events while the host is ahead of
+  the GPU, so that no host cost is in it. ``host_ratio`` = wall / GPU time:
+  1.0 means the host adds nothing.
+
+All variants start from the same weights (``nn.LSTM`` from its own) and take
+turns in rounds, so that a change in machine load affects them alike (on the
+H200 the medians move 2x between runs, their ratios do not).
+
+Precisions (see :data:`PRECISIONS`): ``float32`` turns TF32 off for both
+cuBLAS and cuDNN, so all variants compute in fp32; ``float32-defaults`` keeps
+torch's defaults, under which cuDNN (and so ``nn.LSTM``) uses TF32 while the
+matmuls that lltm follows do not; ``float16``; ``bfloat16``, where PyTorch
+does not flatten ``nn.LSTM``'s weights and cuDNN copies them at every call
+(so the reduced-precision anchor is ``float16``).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
+import gc
+import math
 import os
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -39,9 +58,102 @@ from torch import Tensor, nn
 import lltm
 from lltm.reference import lltm_reference
 
-__all__ = ["format_sequence_table", "main", "run_sequence"]
+__all__ = [
+    "CUDA_VARIANTS",
+    "HOST_RATIO_GOAL",
+    "PRECISIONS",
+    "SPEEDUP_GOAL_MEDIAN",
+    "SPEEDUP_GOAL_WORST",
+    "SWEEP_BATCHES",
+    "SWEEP_FS",
+    "SWEEP_STEPS",
+    "SWEEP_VARIANTS",
+    "VARIANTS",
+    "GraphTime",
+    "Precision",
+    "format_sequence_markdown",
+    "format_sequence_table",
+    "format_sweep_tables",
+    "graph_time",
+    "main",
+    "plot_sweep",
+    "run_sequence",
+    "run_sweep",
+    "sweep_summary",
+]
+
+VARIANTS = (
+    "loop-python",
+    "loop-lltm",
+    "layer",
+    "layer-persistent",
+    "layer-steps",
+    "layer-fused",
+    "nn.LSTM",
+)
+# The forced paths: LLTM_SEQUENCE_PATH for each, which exists on CUDA only.
+_FORCED_PATHS = {"layer-persistent": "persistent", "layer-steps": "steps", "layer-fused": "fused"}
+CUDA_VARIANTS = tuple(_FORCED_PATHS)
+# The issue's goal: T x B x (F, S), the layer against cuDNN.
+SWEEP_STEPS = (16, 64, 128, 512)
+SWEEP_BATCHES = (1, 16, 64, 256, 1024, 4096)
+SWEEP_FS = ((32, 128), (128, 256), (256, 512))
+SWEEP_VARIANTS = ("layer", "nn.LSTM")
+# Issue 12's goals: at least 1.0x everywhere, a median of 1.3x, and eager wall
+# time at most 1.15x the CUDA-graph replay's.
+SPEEDUP_GOAL_WORST, SPEEDUP_GOAL_MEDIAN, HOST_RATIO_GOAL = 1.0, 1.3, 1.15
 
 Step = Callable[[], Tensor]
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A dtype and the TF32 switches under which it is timed."""
+
+    name: str
+    dtype: torch.dtype
+    matmul_tf32: bool
+    cudnn_tf32: bool
+    note: str = ""
+
+
+PRECISIONS = {
+    p.name: p
+    for p in (
+        Precision("float32", torch.float32, matmul_tf32=False, cudnn_tf32=False),
+        Precision(
+            "float32-defaults",
+            torch.float32,
+            matmul_tf32=False,
+            cudnn_tf32=True,
+            note="torch's defaults: nn.LSTM computes in TF32 (cuDNN's switch), "
+            "lltm in fp32 (it follows the matmul switch)",
+        ),
+        Precision("float16", torch.float16, matmul_tf32=False, cudnn_tf32=False),
+        Precision(
+            "bfloat16",
+            torch.bfloat16,
+            matmul_tf32=False,
+            cudnn_tf32=False,
+            note="PyTorch does not flatten bf16 nn.LSTM weights: cuDNN copies them at "
+            "every call (the reduced-precision anchor is float16)",
+        ),
+        Precision("float64", torch.float64, matmul_tf32=False, cudnn_tf32=False),
+    )
+}
+_DTYPE_PRECISION = {
+    torch.float32: "float32",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float64: "float64",
+}
+# What nn.LSTM says at every bf16 call (its weights cannot be flattened):
+# reported once in the output instead.
+_UNFLATTENED_WARNING = r"RNN module weights are not part of single contiguous chunk"
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)  # noqa: T201
 
 
 @contextlib.contextmanager
@@ -61,57 +173,343 @@ def _sequence_path(path: str | None) -> Iterator[None]:
             os.environ["LLTM_SEQUENCE_PATH"] = old
 
 
-def _variants(
-    steps: int, batch: int, features: int, state: int, dtype: torch.dtype, device: torch.device
-) -> dict[str, tuple[Step, str | None, list[Tensor]]]:
-    """Each variant: (one forward + backward, LLTM_SEQUENCE_PATH, parameters to clear)."""
-    gen = torch.Generator(device="cpu").manual_seed(42)
-    x = torch.randn(steps, batch, features, generator=gen).to(device=device, dtype=dtype)
-    layer = lltm.LLTMLayer(features, state).to(device=device, dtype=dtype)
-    cell = lltm.LLTM(features, state).to(device=device, dtype=dtype)
-    with torch.no_grad():
-        cell.weights.copy_(layer.weights_l0)
-        cell.bias.copy_(layer.bias_l0)
-    lstm = nn.LSTM(features, state).to(device=device, dtype=dtype)
-    zeros = torch.zeros(batch, state, device=device, dtype=dtype)
-
-    def loop(step: Callable[..., tuple[Tensor, Tensor]]) -> Step:
-        def run() -> Tensor:
-            h, c = zeros, zeros
-            outputs = []
-            for x_t in x:
-                h, c = step(x_t, cell.weights, cell.bias, h, c)
-                outputs.append(h)
-            return torch.stack(outputs)
-
-        return run
-
-    variants: dict[str, tuple[Step, str | None, list[Tensor]]] = {
-        "loop-python": (loop(lltm_reference), None, list(cell.parameters())),
-        "loop-lltm": (loop(lltm.lltm), None, list(cell.parameters())),
-        "layer": (lambda: layer(x)[0], None, list(layer.parameters())),
-    }
-    if device.type == "cuda":
-        variants["layer-persistent"] = (lambda: layer(x)[0], "persistent", [])
-        variants["layer-steps"] = (lambda: layer(x)[0], "steps", [])
-    variants["nn.LSTM"] = (lambda: lstm(x)[0], None, list(lstm.parameters()))
-    return variants
-
-
 @contextlib.contextmanager
-def _same_float32_precision() -> Iterator[None]:
-    """Set cuDNN's TF32 switch to the matmuls' for the calls inside."""
-    old = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32
+def _precision(p: Precision) -> Iterator[None]:
+    """Set both TF32 switches as ``p`` says for the calls inside, and hush bf16 nn.LSTM."""
+    old = (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        torch.get_float32_matmul_precision(),
+    )
+    torch.backends.cuda.matmul.allow_tf32 = p.matmul_tf32
+    torch.backends.cudnn.allow_tf32 = p.cudnn_tf32
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_UNFLATTENED_WARNING)
+            yield
     finally:
-        torch.backends.cudnn.allow_tf32 = old
+        torch.backends.cuda.matmul.allow_tf32 = old[0]
+        torch.backends.cudnn.allow_tf32 = old[1]
+        torch.set_float32_matmul_precision(old[2])
+
+
+@dataclass
+class _Variant:
+    """One variant's forward, its forced path and the leaves whose grads it clears."""
+
+    forward: Step
+    path: str | None
+    leaves: list[Tensor]
+    # Facts for the variant's row (nn.LSTM: whether its weights are flat).
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def clear_grads(self) -> None:
+        for t in self.leaves:
+            t.grad = None
+
+    def step(self) -> None:
+        """One forward + backward; the grads land in the leaves' ``.grad``."""
+        self.forward().sum().backward()
+
+
+def _variants(
+    names: Sequence[str],
+    steps: int,
+    batch: int,
+    features: int,
+    state: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> tuple[dict[str, _Variant], dict[str, str]]:
+    """The variants in ``names`` that can run here, and why the others cannot.
+
+    Only what the named variants need is allocated: a sweep of the layer and
+    nn.LSTM builds no cell.
+    """
+    # Drawn where it is used: on the CPU, the sweep's largest inputs (half a
+    # billion numbers) would take seconds each.
+    gen = torch.Generator(device=device).manual_seed(42)
+    x = torch.randn(steps, batch, features, generator=gen, device=device).to(dtype)
+    x.requires_grad_()
+    cases: dict[str, _Variant] = {}
+    errors: dict[str, str] = {}
+    layer: lltm.LLTMLayer | None = None
+    if any(n == "layer" or n in _FORCED_PATHS for n in names):
+        layer = lltm.LLTMLayer(features, state).to(device=device, dtype=dtype)
+    if any(n.startswith("loop-") for n in names):
+        cell = lltm.LLTM(features, state).to(device=device, dtype=dtype)
+        if layer is not None:
+            with torch.no_grad():
+                cell.weights.copy_(layer.weights_l0)
+                cell.bias.copy_(layer.bias_l0)
+        zeros = torch.zeros(batch, state, device=device, dtype=dtype)
+
+        def loop(step: Callable[..., tuple[Tensor, Tensor]]) -> Step:
+            def run() -> Tensor:
+                h, c = zeros, zeros
+                outputs = []
+                for x_t in x:
+                    h, c = step(x_t, cell.weights, cell.bias, h, c)
+                    outputs.append(h)
+                return torch.stack(outputs)
+
+            return run
+
+        leaves = [*cell.parameters(), x]
+        loops = {"loop-python": lltm_reference, "loop-lltm": lltm.lltm}
+        for name, fn in loops.items():
+            if name in names:
+                cases[name] = _Variant(loop(fn), None, leaves)
+    if layer is not None:
+        leaves = [*layer.parameters(), x]
+        for name in ("layer", *_FORCED_PATHS):
+            if name not in names:
+                continue
+            if name in _FORCED_PATHS and device.type != "cuda":
+                errors[name] = "CUDA only"
+                continue
+            cases[name] = _Variant(lambda: layer(x)[0], _FORCED_PATHS.get(name), leaves)
+    if "nn.LSTM" in names:
+        lstm = nn.LSTM(features, state).to(device=device, dtype=dtype)
+        # .to() may leave the weights in separate chunks; cuDNN then copies
+        # them at every call. bf16 cannot be flattened (it stays a no-op).
+        lstm.flatten_parameters()
+        # One storage for all weights is what cuDNN needs not to copy them
+        # (the CPU has no such thing: None).
+        weights = getattr(lstm, "_flat_weights", None) or list(lstm.parameters())
+        storages = {w.untyped_storage().data_ptr() for w in weights}
+        flat = len(storages) == 1 if device.type == "cuda" else None
+        cases["nn.LSTM"] = _Variant(
+            lambda: lstm(x)[0], None, [*lstm.parameters(), x], {"weights_flat": flat}
+        )
+    return cases, errors
 
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+# --- GPU time: one forward + backward as a CUDA graph, replayed ---------------------
+
+
+@dataclass
+class GraphTime:
+    """The GPU time of one call, from CUDA-graph replays (ms), or why there is none."""
+
+    median_ms: float | None = None
+    min_ms: float | None = None
+    replays: int = 0
+    error: str | None = None
+
+
+def _replay_times(
+    replay: Callable[[], None],
+    n: int,
+    new_event: Callable[[], Any],
+    stall: Callable[[], None] | None = None,
+) -> list[float]:
+    """Milliseconds of each of ``n`` back-to-back replays, from ``n + 1`` events.
+
+    ``stall`` (a GPU spin kernel) runs first so that the host enqueues all
+    replays and events while the GPU is still busy: the gaps between events
+    then hold GPU work only, none of the host's launch cost.
+    """
+    events = [new_event() for _ in range(n + 1)]
+    if stall is not None:
+        stall()
+    events[0].record()
+    for i in range(n):
+        replay()
+        events[i + 1].record()
+    events[-1].synchronize()
+    return [events[i].elapsed_time(events[i + 1]) for i in range(n)]
+
+
+_SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
+
+
+def _capture(v: _Variant, device: torch.device, warmup: int) -> torch.cuda.CUDAGraph:
+    """Capture one forward + backward of ``v`` as a CUDA graph, as PyTorch's docs say.
+
+    The warm-up runs on a side stream, and the capture on the same one (lazy
+    per-stream state such as cuBLAS workspaces must exist before capture,
+    which may not allocate it). The grads are None when the capture
+    starts, so the captured backward writes fresh ``.grad`` tensors in the
+    graph's pool, and each replay overwrites them rather than accumulating.
+    """
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    # One per GPU for every capture: each new stream would get its own cuBLAS
+    # workspace.
+    if index not in _SIDE_STREAMS:
+        _SIDE_STREAMS[index] = torch.cuda.Stream(index)
+    side = _SIDE_STREAMS[index]
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side), _sequence_path(v.path):
+        for _ in range(warmup):
+            v.clear_grads()
+            v.step()
+    torch.cuda.current_stream(device).wait_stream(side)
+    _sync(device)
+    v.clear_grads()
+    graph = torch.cuda.CUDAGraph()
+    # The capture runs on the warm-up's stream: per-stream state made lazily
+    # (cuBLAS workspaces, hipBLASLt handles) then exists before the capture.
+    with _sequence_path(v.path), torch.cuda.graph(graph, stream=side):
+        v.step()
+    return graph
+
+
+# Spin-kernel cycles per millisecond, per GPU: calibrated once.
+_CYCLES_PER_MS: dict[int, float] = {}
+
+
+def _stall(device: torch.device, ms: float) -> Callable[[], None] | None:
+    """A callable that keeps ``device`` busy for about ``ms`` (None without ``torch.cuda._sleep``)."""
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is None:
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _CYCLES_PER_MS:
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        for _ in range(2):  # the first launch loads the kernel: time the second
+            start.record()
+            sleep(1_000_000)
+            end.record()
+            end.synchronize()
+        _CYCLES_PER_MS[index] = 1_000_000 / max(start.elapsed_time(end), 1e-3)
+    cycles = int(_CYCLES_PER_MS[index] * ms)
+    return lambda: sleep(cycles)
+
+
+def _error(exc: BaseException) -> str:
+    """``Type: first line`` of the exception that started it all.
+
+    When a captured op fails, ending the capture fails too, with an error
+    that says only that the capture was invalidated: the first one says why.
+    """
+    while exc.__context__ is not None and exc.__context__ is not exc:
+        exc = exc.__context__
+    return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+# Replays slower than this keep the GPU busy for longer than the host takes to
+# launch the next one: no need to measure the launch cost.
+_SLOW_REPLAY_MS = 50.0
+
+
+def _graph_time_with(
+    capture: Callable[[], Any],
+    new_event: Callable[[], Any],
+    sync: Callable[[], None],
+    stall_for: Callable[[float], Callable[[], None] | None],
+    *,
+    replays: int | None,
+    seconds: float,
+    estimate_ms: float | None = None,
+) -> GraphTime:
+    """Capture, then time replays: the device-independent part of :func:`graph_time`.
+
+    ``capture`` returns an object with ``replay()``; ``new_event`` makes a
+    timing event; ``stall_for(ms)`` gives a callable that keeps the GPU busy for
+    that long. Without ``replays``, as many as fit in ``seconds`` (3 to 50) at
+    ``estimate_ms`` each (the eager wall time is an upper bound; without it one
+    replay is timed first). Any failure (a capture that the op or cuDNN
+    refuses, out of memory) gives a :class:`GraphTime` with ``error`` set: one
+    variant that cannot be captured does not stop the benchmark.
+    """
+    try:
+        graph = capture()
+        start = time.perf_counter()
+        graph.replay()  # the first replay uploads the graph
+        launch_ms = (time.perf_counter() - start) * 1e3
+        sync()
+        if estimate_ms is None:
+            (estimate_ms,) = _replay_times(graph.replay, 1, new_event)
+        if estimate_ms < _SLOW_REPLAY_MS:
+            start = time.perf_counter()
+            graph.replay()
+            launch_ms = (time.perf_counter() - start) * 1e3
+            sync()
+        n = replays or max(3, min(50, math.ceil(seconds * 1e3 / max(estimate_ms, 1e-3))))
+        # Long enough for the host to enqueue every replay before the GPU
+        # gets to the first one.
+        stall = stall_for(min(200.0, 1.0 + 1.5 * n * launch_ms))
+        times = _replay_times(graph.replay, n, new_event, stall)
+    except Exception as exc:  # noqa: BLE001 - reported in the table, not fatal
+        return GraphTime(error=_error(exc))
+    return GraphTime(median_ms=statistics.median(times), min_ms=min(times), replays=n)
+
+
+def graph_time(
+    v: _Variant,
+    device: torch.device,
+    *,
+    replays: int | None = None,
+    seconds: float = 0.2,
+    warmup: int = 2,
+    estimate_ms: float | None = None,
+) -> GraphTime:
+    """The GPU time of one forward + backward of ``v``: its CUDA graph, replayed.
+
+    ``warmup`` calls run on a side stream first; ``replays`` (default: as many
+    as fit in ``seconds`` at ``estimate_ms`` each) are timed. On a device
+    other than CUDA there is no graph: ``error`` says so.
+    """
+    if device.type != "cuda":
+        return GraphTime(error="CUDA only")
+    holder: list[torch.cuda.CUDAGraph] = []
+
+    def capture() -> torch.cuda.CUDAGraph:
+        holder.append(_capture(v, device, warmup))
+        return holder[0]
+
+    # torch.cuda.graph's exit ends the capture before it restores the stream:
+    # when ending the capture raises, the capture stream would stay current.
+    stream = torch.cuda.current_stream(device)
+    try:
+        with torch.cuda.device(device):
+            return _graph_time_with(
+                capture,
+                lambda: torch.cuda.Event(enable_timing=True),
+                lambda: _sync(device),
+                lambda ms: _stall(device, ms),
+                replays=replays,
+                seconds=seconds,
+                estimate_ms=estimate_ms,
+            )
+    finally:
+        # The graph's pool holds the activations of a whole sequence: free it
+        # before the next variant captures.
+        v.clear_grads()
+        holder.clear()
+        torch.cuda.set_stream(stream)
+        _sync(device)
+
+
+def _launches(v: _Variant, device: torch.device) -> int | None:
+    """GPU operations (kernels, copies, memsets) of one eager forward + backward."""
+    if device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    try:
+        v.clear_grads()
+        _sync(device)
+        with _sequence_path(v.path), profile(activities=[ProfilerActivity.CUDA]) as prof:
+            v.step()
+            _sync(device)
+    except Exception:  # noqa: BLE001 - a count is optional: none rather than a crash
+        return None
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+# --- the wall time: eager calls, interleaved ----------------------------------------
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def run_sequence(
@@ -121,11 +519,17 @@ def run_sequence(
     state: int,
     dtype: torch.dtype = torch.float32,
     device: str | torch.device = "cpu",
-    runs: int = 20,
+    runs: int | None = 20,
     *,
+    precision: str | None = None,
+    seconds: float = 1.0,
+    min_runs: int = 5,
+    max_runs: int = 1000,
     warmup: int = 3,
     rounds: int = 5,
     variants: Sequence[str] | None = None,
+    gpu_time: bool = True,
+    launches: bool = False,
     progress: bool = True,
 ) -> list[dict[str, Any]]:
     """Time forward + backward of every variant over ``steps`` steps.
@@ -135,144 +539,749 @@ def run_sequence(
         batch: B.
         features: F, the input features.
         state: S, the state size.
-        dtype: of the inputs and parameters.
+        dtype: of the inputs and parameters (when ``precision`` is not given).
         device: where to run.
-        runs: timed iterations per variant, in ``rounds`` turns.
-        warmup: untimed iterations per variant first.
+        runs: timed iterations per variant, in ``rounds`` turns; None: as many
+            as fit in ``seconds`` for all variants together (``min_runs`` to
+            ``max_runs``).
+        precision: a key of :data:`PRECISIONS` (dtype and TF32 switches);
+            default: ``dtype``'s, with TF32 off.
+        seconds: the time budget of the timed runs, when ``runs`` is None.
+        min_runs: the fewest runs, when ``runs`` is None.
+        max_runs: the most runs, when ``runs`` is None.
+        warmup: untimed iterations per variant first (at least 1).
         rounds: how often the variants take turns.
-        variants: a subset of the variant names (default: all).
+        variants: a subset of :data:`VARIANTS` (default: all that run on
+            ``device``; one for CUDA only is n/a elsewhere).
+        gpu_time: on CUDA, also time each variant as a CUDA graph replay.
+        launches: on CUDA, count each variant's GPU operations (torch.profiler).
         progress: report each round on stderr.
 
     Returns:
-        One dict per variant: ``variant``, ``device``, ``dtype``, ``steps``,
-        ``batch``, ``features``, ``state``, ``median_ms``, ``min_ms``,
-        ``vs_lstm`` (nn.LSTM's median / this one's: above 1 is faster than
-        nn.LSTM) and ``vs_loop_lltm`` (the same against the loop of
-        ``lltm.LLTM``); a variant that cannot run here (a path forced where
-        it does not fit) has ``error`` instead of times.
+        One dict per variant: ``variant``, ``device``, ``dtype``,
+        ``precision``, ``steps``, ``batch``, ``features``, ``state``,
+        ``matmul_tf32``, ``cudnn_tf32``, ``runs``, ``median_ms``, ``min_ms``
+        (wall), ``gpu_ms``, ``gpu_min_ms``, ``gpu_replays``,
+        ``gpu_us_per_step`` (graph replay / T), ``host_ratio`` (wall median /
+        GPU time), ``gpu_error`` (why there is no GPU time), ``launches``,
+        ``vs_lstm`` (nn.LSTM's wall median / this one's: above 1 is faster
+        than nn.LSTM), ``gpu_vs_lstm`` (the same on GPU times) and
+        ``vs_loop_lltm`` (against the loop of ``lltm.LLTM``); nn.LSTM's row
+        also has ``weights_flat`` (on CUDA: whether its weights share the one
+        buffer that cuDNN needs, else it copies them per call). A variant that
+        cannot run here (a path forced where it does not fit, or unknown to
+        this build; CUDA-only; out of memory) has ``error`` instead of times.
     """
-    with _same_float32_precision():
-        return _run_sequence(
-            steps, batch, features, state, dtype, device, runs, warmup, rounds, variants, progress
+    name = precision or _DTYPE_PRECISION.get(dtype)
+    if name not in PRECISIONS:
+        msg = f"precision {name!r}: choose from {', '.join(PRECISIONS)}"
+        raise ValueError(msg)
+    device = torch.device(device)
+    # By default, what runs here; a CUDA-only variant asked for on the CPU is n/a.
+    every = [n for n in VARIANTS if device.type == "cuda" or n not in CUDA_VARIANTS]
+    names = list(variants) if variants else every
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        msg = f"unknown variants {unknown}; choose from {list(VARIANTS)}"
+        raise ValueError(msg)
+    with _precision(PRECISIONS[name]):
+        rows = _run_point(
+            (steps, batch, features, state),
+            PRECISIONS[name],
+            device,
+            names,
+            runs=runs,
+            seconds=seconds,
+            min_runs=min_runs,
+            max_runs=max_runs,
+            warmup=warmup,
+            rounds=rounds,
+            gpu_time=gpu_time,
+            launches=launches,
+            progress=progress,
         )
+    if device.type == "cuda":
+        # A sweep's sizes differ by 1000x: give the cached blocks back (the
+        # point's tensors are gone now) rather than let the pool grow. A full
+        # gc.collect() costs a fifth of a second: only where an error's
+        # traceback may hold tensors in a cycle.
+        if any("error" in r for r in rows):
+            gc.collect()
+        torch.cuda.empty_cache()
+    return rows
 
 
-def _run_sequence(
-    steps: int,
-    batch: int,
-    features: int,
-    state: int,
-    dtype: torch.dtype,
-    device: str | torch.device,
-    runs: int,
+# See _run_point's warm-up.
+_SLOW_WARMUP_S = 0.25
+
+
+def _timed(v: _Variant, device: torch.device) -> float:
+    """Seconds of one forward + backward of ``v``, from clean grads to finished work."""
+    v.clear_grads()
+    _sync(device)
+    t0 = time.perf_counter()
+    v.step()
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+def _warm_up(v: _Variant, device: torch.device, warmup: int) -> float:
+    """Untimed calls (at least 1); returns the last one's seconds."""
+    with _sequence_path(v.path):
+        for i in range(max(1, warmup)):
+            elapsed = _timed(v, device)
+            # Where one call takes a quarter second, its first call has set
+            # up all there is: more warm-up would only cost time.
+            if i and elapsed > _SLOW_WARMUP_S:
+                break
+    return elapsed
+
+
+def _gpu_measures(
+    cases: dict[str, _Variant],
+    medians: dict[str, float],
+    device: torch.device,
+    seconds: float,
+    *,
+    gpu_time: bool,
+    launches: bool,
+) -> tuple[dict[str, GraphTime], dict[str, int | None]]:
+    """Each variant's GPU time (on CUDA, with ``gpu_time``) and kernel count (``launches``)."""
+    graphs: dict[str, GraphTime] = {}
+    counts: dict[str, int | None] = {}
+    for name, median in medians.items():
+        if gpu_time and device.type == "cuda":
+            wall_ms = median * 1e3
+            graphs[name] = graph_time(
+                cases[name],
+                device,
+                seconds=min(0.5, max(0.05, seconds / 4)),
+                # One warm-up on the side stream is enough where a call is slow.
+                warmup=1 if wall_ms > _SLOW_REPLAY_MS else 2,
+                estimate_ms=wall_ms,
+            )
+        if launches:
+            counts[name] = _launches(cases[name], device)
+    return graphs, counts
+
+
+def _run_point(
+    size: tuple[int, int, int, int],
+    precision: Precision,
+    device: torch.device,
+    names: list[str],
+    *,
+    runs: int | None,
+    seconds: float,
+    min_runs: int,
+    max_runs: int,
     warmup: int,
     rounds: int,
-    variants: Sequence[str] | None,
+    gpu_time: bool,
+    launches: bool,
     progress: bool,
 ) -> list[dict[str, Any]]:
-    device = torch.device(device)
-    cases = _variants(steps, batch, features, state, dtype, device)
-    names = list(variants) if variants else list(cases)
-    unknown = [n for n in names if n not in cases]
-    if unknown:
-        msg = f"unknown variants {unknown}; choose from {list(cases)}"
-        raise ValueError(msg)
-    samples: dict[str, list[float]] = {n: [] for n in names}
-    errors: dict[str, str] = {}
-
-    def iterate(name: str, n: int, record: bool) -> None:
-        step, path, params = cases[name]
-        with _sequence_path(path):
-            for _ in range(n):
-                for p in params:
-                    p.grad = None
-                _sync(device)
-                t0 = time.perf_counter()
-                step().sum().backward()
-                _sync(device)
-                if record:
-                    samples[name].append(time.perf_counter() - t0)
-
+    steps, batch, features, state = size
+    label = f"T={steps} B={batch} F={features} S={state} {precision.name} {device}"
+    cases, errors = _variants(names, *size, precision.dtype, device)
+    probe: dict[str, float] = {}
     for name in names:
+        if name in errors:
+            continue
         try:
-            iterate(name, max(1, warmup), record=False)
-        except RuntimeError as e:  # a forced path that does not fit
-            errors[name] = str(e).splitlines()[0]
+            probe[name] = _warm_up(cases[name], device, warmup)
+        except (RuntimeError, ValueError) as e:
+            # RuntimeError: a forced path that does not fit, or out of memory;
+            # ValueError: a path this build does not know.
+            errors[name] = _first_line(e)
+            cases[name].clear_grads()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
     live = [n for n in names if n not in errors]
+    if runs is None:
+        per_round = sum(probe[n] for n in live) or 1e-9
+        runs = max(min_runs, min(max_runs, math.ceil(seconds / per_round)))
     rounds = max(1, min(rounds, runs))
+    samples: dict[str, list[float]] = {n: [] for n in names}
     start = time.perf_counter()
     for r in range(rounds):
         n = runs // rounds + (1 if r < runs % rounds else 0)
-        for name in live:
-            iterate(name, n, record=True)
+        for name in list(live):
+            try:
+                with _sequence_path(cases[name].path):
+                    samples[name] += [_timed(cases[name], device) for _ in range(n)]
+            except RuntimeError as e:  # out of memory, once both variants' caches fill it
+                errors[name] = _first_line(e)
+                live.remove(name)
+                cases[name].clear_grads()
         if progress:
-            print(  # noqa: T201
-                f"T={steps} B={batch} F={features} S={state} {dtype} {device}: "
-                f"round {r + 1}/{rounds} ({time.perf_counter() - start:.1f} s)",
-                file=sys.stderr,
-                flush=True,
+            _progress(
+                f"{label}: round {r + 1}/{rounds} of {runs} runs "
+                f"({time.perf_counter() - start:.1f} s)"
             )
     medians = {n: statistics.median(samples[n]) for n in live}
+    graphs, counts = _gpu_measures(
+        cases, medians, device, seconds, gpu_time=gpu_time, launches=launches
+    )
+    rows = _rows(size, precision, device, names, errors, samples, runs, graphs, counts)
+    for row in rows:
+        if row["variant"] in cases:
+            row.update(cases[row["variant"]].info)
+    return rows
+
+
+def _rows(
+    size: tuple[int, int, int, int],
+    precision: Precision,
+    device: torch.device,
+    names: list[str],
+    errors: dict[str, str],
+    samples: dict[str, list[float]],
+    runs: int,
+    graphs: dict[str, GraphTime],
+    counts: dict[str, int | None],
+) -> list[dict[str, Any]]:
+    """The result rows of one point, as :func:`run_sequence` documents them."""
+    steps, batch, features, state = size
+    live = [n for n in names if n not in errors]
+    medians = {n: statistics.median(samples[n]) for n in live}
+    gpu = {n: g.median_ms for n, g in graphs.items() if g.median_ms is not None}
     results = []
     for name in names:
         row: dict[str, Any] = {
             "variant": name,
             "device": str(device),
-            "dtype": str(dtype).removeprefix("torch."),
+            "dtype": str(precision.dtype).removeprefix("torch."),
+            "precision": precision.name,
             "steps": steps,
             "batch": batch,
             "features": features,
             "state": state,
-            "tf32": torch.backends.cuda.matmul.allow_tf32,
+            "matmul_tf32": precision.matmul_tf32,
+            "cudnn_tf32": precision.cudnn_tf32,
+            "tf32": precision.matmul_tf32,
         }
         if name in errors:
             row["error"] = errors[name]
-        else:
-            row["median_ms"] = medians[name] * 1e3
-            row["min_ms"] = min(samples[name]) * 1e3
-            for key, base in (("vs_lstm", "nn.LSTM"), ("vs_loop_lltm", "loop-lltm")):
-                row[key] = medians[base] / medians[name] if base in medians else None
+            results.append(row)
+            continue
+        g = graphs.get(
+            name, GraphTime(error="not measured" if device.type == "cuda" else "CUDA only")
+        )
+        row.update(
+            runs=runs,
+            median_ms=medians[name] * 1e3,
+            min_ms=min(samples[name]) * 1e3,
+            gpu_ms=g.median_ms,
+            gpu_min_ms=g.min_ms,
+            gpu_replays=g.replays,
+            gpu_us_per_step=g.median_ms * 1e3 / steps if g.median_ms is not None else None,
+            host_ratio=medians[name] * 1e3 / g.median_ms if g.median_ms else None,
+            gpu_error=g.error,
+            launches=counts.get(name),
+        )
+        for key, base in (("vs_lstm", "nn.LSTM"), ("vs_loop_lltm", "loop-lltm")):
+            row[key] = medians[base] / medians[name] if base in medians else None
+        row["gpu_vs_lstm"] = (
+            gpu["nn.LSTM"] / gpu[name] if name in gpu and "nn.LSTM" in gpu else None
+        )
         results.append(row)
     return results
 
 
+def run_sweep(
+    steps: Sequence[int] = SWEEP_STEPS,
+    batches: Sequence[int] = SWEEP_BATCHES,
+    fs: Sequence[tuple[int, int]] = SWEEP_FS,
+    precisions: Sequence[str] = ("float32", "float16"),
+    device: str | torch.device = "cpu",
+    *,
+    variants: Sequence[str] = SWEEP_VARIANTS,
+    runs: int | None = None,
+    seconds: float = 0.5,
+    min_runs: int = 3,
+    max_runs: int = 200,
+    warmup: int = 2,
+    rounds: int = 3,
+    gpu_time: bool = True,
+    launches: bool = False,
+    progress: bool = True,
+    on_point: Callable[[list[dict[str, Any]]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Time the variants at every point of ``steps`` x ``batches`` x ``fs`` x ``precisions``.
+
+    Each point is :func:`run_sequence` with a budget of ``seconds`` for its
+    timed runs (``min_runs`` at least); progress goes to stderr, one line per
+    point, and ``on_point`` gets the rows so far after each point (to save
+    them: a sweep cut short by a timeout keeps what it measured). Returns the
+    rows of every point, as :func:`run_sequence` does.
+    """
+    points = [(p, f, s, t, b) for p in precisions for f, s in fs for t in steps for b in batches]
+    results: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    for i, (p, f, s, t, b) in enumerate(points):
+        rows = run_sequence(
+            t,
+            b,
+            f,
+            s,
+            device=device,
+            precision=p,
+            runs=runs,
+            seconds=seconds,
+            min_runs=min_runs,
+            max_runs=max_runs,
+            warmup=warmup,
+            rounds=rounds,
+            variants=variants,
+            gpu_time=gpu_time,
+            launches=launches,
+            progress=False,
+        )
+        results += rows
+        if on_point is not None:
+            on_point(results)
+        if progress:
+            elapsed = time.perf_counter() - start
+            by = {r["variant"]: r for r in rows}
+            parts = []
+            for name in variants:
+                r = by[name]
+                if "error" in r:
+                    parts.append(f"{name} n/a")
+                    continue
+                gpu = f", gpu {r['gpu_ms']:.3g}" if r.get("gpu_ms") is not None else ""
+                parts.append(f"{name} {r['median_ms']:.3g} ms{gpu}")
+            speedup = by.get("layer", {}).get("vs_lstm")
+            _progress(
+                f"[{i + 1}/{len(points)}] {p} T={t} B={b} F={f} S={s}: {'; '.join(parts)}"
+                f"{f' -> {speedup:.2f}x' if speedup else ''} "
+                f"({elapsed:.0f} s, ~{elapsed / (i + 1) * (len(points) - i - 1):.0f} s left)"
+            )
+    return results
+
+
+# --- reports ------------------------------------------------------------------------
+
+
+def _ratio(value: float | None) -> str:
+    return f"{value:.2f}x" if value is not None else "-"
+
+
+def _num(value: float | None, spec: str = ".3f") -> str:
+    return format(value, spec) if value is not None else "-"
+
+
 def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
     """Render :func:`run_sequence`'s results as a fixed-width table."""
+    with_launches = any(r.get("launches") is not None for r in results)
     header = (
-        f"{'T,B,F,S':<18}{'dtype':<10}{'variant':<18}{'median ms':>11}{'min ms':>10}"
-        f"{'vs LSTM':>9}{'vs loop':>9}"
+        f"{'T,B,F,S':<18}{'precision':<18}{'variant':<18}{'wall ms':>10}{'min ms':>10}"
+        f"{'gpu ms':>10}{'host x':>8}{'vs LSTM':>9}{'gpu vs':>8}{'vs loop':>9}{'runs':>6}"
     )
+    if with_launches:
+        header += f"{'kernels':>9}"
     lines = [header, "-" * len(header)]
-
-    def ratio(value: float | None) -> str:
-        return f"{value:.2f}x" if value is not None else "-"
-
     for r in results:
         size = f"{r['steps']},{r['batch']},{r['features']},{r['state']}"
+        prefix = f"{size:<18}{r.get('precision', r['dtype']):<18}{r['variant']:<18}"
         if "error" in r:
-            lines.append(f"{size:<18}{r['dtype']:<10}{r['variant']:<18}  n/a: {r['error']}")
+            lines.append(f"{prefix}  n/a: {r['error']}")
             continue
+        host = f"{r['host_ratio']:.2f}" if r.get("host_ratio") is not None else "-"
+        line = (
+            f"{prefix}{r['median_ms']:>10.3f}{r['min_ms']:>10.3f}{_num(r.get('gpu_ms')):>10}"
+            f"{host:>8}{_ratio(r.get('vs_lstm')):>9}{_ratio(r.get('gpu_vs_lstm')):>8}"
+            f"{_ratio(r.get('vs_loop_lltm')):>9}{r.get('runs', '-'):>6}"
+        )
+        if with_launches:
+            line += f"{r['launches'] if r.get('launches') is not None else '-':>9}"
+        lines.append(line)
+    errors = sorted(
+        {
+            r["gpu_error"]
+            for r in results
+            if r.get("gpu_error") and r["gpu_error"] not in ("CUDA only", "not measured")
+        }
+    )
+    lines += [f"no GPU time: {e}" for e in errors]
+    unflat = sorted(
+        {r.get("precision", r["dtype"]) for r in results if r.get("weights_flat") is False}
+    )
+    if unflat:
         lines.append(
-            f"{size:<18}{r['dtype']:<10}{r['variant']:<18}{r['median_ms']:>11.3f}"
-            f"{r['min_ms']:>10.3f}{ratio(r['vs_lstm']):>9}{ratio(r['vs_loop_lltm']):>9}"
+            f"nn.LSTM's weights are not flat in {', '.join(unflat)}: cuDNN copies them at "
+            "every call"
         )
     return "\n".join(lines)
 
 
-_DTYPES = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
+def format_sequence_markdown(results: Sequence[dict[str, Any]]) -> str:
+    """:func:`run_sequence`'s results as one Markdown table (times in ms)."""
+    lines = [
+        "| T,B,F,S | precision | variant | wall ms | GPU ms | host ratio | vs nn.LSTM | "
+        + "GPU vs nn.LSTM | kernels |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        size = f"{r['steps']},{r['batch']},{r['features']},{r['state']}"
+        head = f"| {size} | {r.get('precision', r['dtype'])} | {r['variant']} |"
+        if "error" in r:
+            lines.append(f"{head} n/a | | | | | |")
+            continue
+        host = f"{r['host_ratio']:.2f}" if r.get("host_ratio") is not None else "-"
+        kernels = r.get("launches")
+        lines.append(
+            f"{head} {r['median_ms']:.3f} | {_num(r.get('gpu_ms'))} | {host} | "
+            f"{_ratio(r.get('vs_lstm'))} | {_ratio(r.get('gpu_vs_lstm'))} | "
+            f"{kernels if kernels is not None else '-'} |"
+        )
+    return "\n".join(lines)
+
+
+Grid = dict[tuple[str, int, int], dict[tuple[int, int], dict[str, dict[str, Any]]]]
+
+
+def _grid(results: Sequence[dict[str, Any]]) -> Grid:
+    """The rows by (precision, F, S), then (T, B), then variant."""
+    grid: Grid = {}
+    for r in results:
+        key = (r.get("precision", r["dtype"]), r["features"], r["state"])
+        grid.setdefault(key, {}).setdefault((r["steps"], r["batch"]), {})[r["variant"]] = r
+    return grid
+
+
+def _speedup(
+    point: dict[str, dict[str, Any]], variant: str, base: str, metric: str = "wall"
+) -> float | None:
+    """``base``'s time / ``variant``'s at one point: above 1, ``variant`` is faster."""
+    key = {"wall": "median_ms", "gpu": "gpu_ms"}[metric]
+    a, b = point.get(variant, {}).get(key), point.get(base, {}).get(key)
+    return b / a if a and b else None
+
+
+def sweep_summary(
+    results: Sequence[dict[str, Any]], variant: str = "layer", base: str = "nn.LSTM"
+) -> dict[str, Any]:
+    """The worst and median speedup of ``variant`` over ``base``, per precision and overall.
+
+    Each entry: ``points`` (measured), ``missing`` (n/a), ``below_1``,
+    ``worst`` and ``best`` (``speedup`` and where), ``median``; the same on GPU
+    times as ``gpu_worst``/``gpu_median``/``gpu_below_1``; and
+    ``host_ratio_max`` of ``variant`` (the worst eager / graph-replay ratio,
+    and where) and ``host_ratio_above_goal`` (how many exceed
+    :data:`HOST_RATIO_GOAL`).
+    """
+
+    def summarize(
+        points: list[tuple[tuple[Any, ...], dict[str, dict[str, Any]]]],
+    ) -> dict[str, Any]:
+        def where(key: tuple[Any, ...], value: float) -> dict[str, Any]:
+            precision, features, state, steps, batch = key
+            return {
+                "value": value,
+                "precision": precision,
+                "steps": steps,
+                "batch": batch,
+                "features": features,
+                "state": state,
+            }
+
+        out: dict[str, Any] = {"points": 0, "missing": 0, "below_1": 0}
+        for metric, prefix in (("wall", ""), ("gpu", "gpu_")):
+            values = [(k, _speedup(p, variant, base, metric)) for k, p in points]
+            found = [(k, v) for k, v in values if v is not None]
+            out[f"{prefix}below_1"] = sum(1 for _, v in found if v < 1.0)
+            if metric == "wall":
+                out["points"] = len(found)
+                out["missing"] = len(values) - len(found)
+            if found:
+                worst = min(found, key=lambda kv: kv[1])
+                best = max(found, key=lambda kv: kv[1])
+                out[f"{prefix}worst"] = where(*worst)
+                out[f"{prefix}best"] = where(*best)
+                out[f"{prefix}median"] = statistics.median(v for _, v in found)
+            else:
+                out[f"{prefix}worst"] = out[f"{prefix}best"] = out[f"{prefix}median"] = None
+        ratios = [
+            (k, p[variant]["host_ratio"])
+            for k, p in points
+            if p.get(variant, {}).get("host_ratio") is not None
+        ]
+        out["host_ratio_max"] = where(*max(ratios, key=lambda kv: kv[1])) if ratios else None
+        out["host_ratio_above_goal"] = sum(1 for _, v in ratios if v > HOST_RATIO_GOAL)
+        return out
+
+    grid = _grid(results)
+    every = [((*key, *tb), point) for key, cells in grid.items() for tb, point in cells.items()]
+    precisions = list(dict.fromkeys(k[0] for k in grid))
+    return {
+        "variant": variant,
+        "base": base,
+        "precisions": {p: summarize([kp for kp in every if kp[0][0] == p]) for p in precisions},
+        "overall": summarize(every),
+    }
+
+
+def _us(value: float | None) -> str:
+    """Microseconds with three significant digits, never in exponent notation."""
+    if value is None:
+        return "n/a"
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _label(variant: str, results: Sequence[dict[str, Any]]) -> str:
+    """A variant's name in a title: cuDNN's nn.LSTM when every row is on CUDA."""
+    if variant == "layer":
+        return "LLTMLayer"
+    on_cuda = bool(results) and all(r["device"].startswith("cuda") for r in results)
+    return "cuDNN nn.LSTM" if variant == "nn.LSTM" and on_cuda else variant
+
+
+def _where(w: dict[str, Any] | None, unit: str = "x") -> str:
+    if w is None:
+        return "n/a"
+    return (
+        f"{w['value']:.2f}{unit} at T={w['steps']}, B={w['batch']}, F={w['features']}, "
+        f"S={w['state']} ({w['precision']})"
+    )
+
+
+def format_sweep_tables(
+    results: Sequence[dict[str, Any]], variant: str = "layer", base: str = "nn.LSTM"
+) -> str:
+    """Markdown: the speedup of ``variant`` over ``base`` per (precision, F, S), rows T, columns B.
+
+    Then the worst and median speedup, the GPU time per step of both
+    (graph replay / T, in µs) and the host ratio (eager wall / graph replay)
+    of both, when measured.
+    """
+    grid = _grid(results)
+
+    def table(
+        key: tuple[str, int, int], title: str, cell: Callable[[dict[str, dict[str, Any]]], str]
+    ) -> str:
+        cells = grid[key]
+        ts = sorted({t for t, _ in cells})
+        bs = sorted({b for _, b in cells})
+        precision, features, state = key
+        lines = [
+            f"| {precision}, F={features}, S={state}{title} | "
+            + " | ".join(f"B={b}" for b in bs)
+            + " |",
+            "|---|" + "---:|" * len(bs),
+        ]
+        for t in ts:
+            row = [cell(cells[(t, b)]) if (t, b) in cells else "" for b in bs]
+            lines.append(f"| T={t} | " + " | ".join(row) + " |")
+        return "\n".join(lines)
+
+    def speedup_cell(point: dict[str, dict[str, Any]]) -> str:
+        s = _speedup(point, variant, base)
+        return f"{s:.2f}" if s is not None else "n/a"
+
+    def per_step(point: dict[str, dict[str, Any]]) -> str:
+        values = [point.get(n, {}).get("gpu_us_per_step") for n in (variant, base)]
+        return " / ".join(_us(v) for v in values)
+
+    def host(point: dict[str, dict[str, Any]]) -> str:
+        values = [point.get(n, {}).get("host_ratio") for n in (variant, base)]
+        return " / ".join(f"{v:.2f}" if v is not None else "n/a" for v in values)
+
+    a, b = _label(variant, results), _label(base, results)
+    notes = {
+        r["precision"]: PRECISIONS[r["precision"]].note
+        for r in results
+        if r.get("precision") in PRECISIONS and PRECISIONS[r["precision"]].note
+    }
+    out = [
+        (
+            f"Speedup of {a} over {b}: {b}'s median wall time / {a}'s, forward + backward "
+            "(the input and every parameter need grad). Above 1 means the layer is faster."
+        ),
+        *(f"{p}: {note}." for p, note in notes.items()),
+    ]
+    out += [table(key, "", speedup_cell) for key in grid]
+    summary = sweep_summary(results, variant, base)
+    lines = [
+        "| precision | points | worst | median | below 1.0 | n/a |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    entries = [*summary["precisions"].items()]
+    if len(entries) > 1:
+        entries.append(("all", summary["overall"]))
+    for p, s in entries:
+        median = f"{s['median']:.2f}x" if s["median"] is not None else "n/a"
+        lines.append(
+            f"| {p} | {s['points']} | {_where(s['worst'])} | {median} | {s['below_1']} | "
+            f"{s['missing']} |"
+        )
+    out.append(
+        "\n".join(lines)
+        + f"\n\nThe goal: at least {SPEEDUP_GOAL_WORST:.1f}x everywhere, a median of at "
+        f"least {SPEEDUP_GOAL_MEDIAN:.1f}x (float32 and float16)."
+    )
+    if any(r.get("gpu_us_per_step") is not None for r in results):
+        out.append(
+            f"GPU time per step, µs: {a} / {b} (the forward + backward replayed as a "
+            "CUDA graph, divided by T)."
+        )
+        out += [table(key, ", µs/step", per_step) for key in grid]
+        lines = ["| precision | worst | median | below 1.0 |", "|---|---|---:|---:|"]
+        for p, s in entries:
+            median = f"{s['gpu_median']:.2f}x" if s["gpu_median"] is not None else "n/a"
+            lines.append(f"| {p} | {_where(s['gpu_worst'])} | {median} | {s['gpu_below_1']} |")
+        out.append(
+            f"Speedup of {a} over {b} in GPU time (the goal: {a}'s GPU time per step at most "
+            f"{b}'s):\n\n" + "\n".join(lines)
+        )
+    if any(r.get("host_ratio") is not None for r in results):
+        out.append(
+            f"Host overhead: eager wall time / CUDA-graph replay time, {a} / {b} "
+            "(1.00: the host adds nothing)."
+        )
+        out += [table(key, ", host ratio", host) for key in grid]
+        worst = [
+            f"{p}: {_where(s['host_ratio_max'])}, {s['host_ratio_above_goal']} above "
+            f"{HOST_RATIO_GOAL}"
+            for p, s in entries
+        ]
+        out.append(f"Largest host ratio of {a}: " + "; ".join(worst) + ".")
+    return "\n\n".join(out)
+
+
+def plot_sweep(
+    results: Sequence[dict[str, Any]],
+    path: str,
+    *,
+    variant: str = "layer",
+    base: str = "nn.LSTM",
+    metric: str = "wall",
+) -> None:
+    """A heat map of the speedup over ``base``: one panel per (precision, F, S), rows T, columns B.
+
+    The colormap diverges at 1.0 (red: slower than ``base``, blue: faster), on
+    a log scale shared by all panels; each cell is annotated. ``metric``:
+    ``wall`` (eager medians) or ``gpu`` (graph replays).
+    """
+    try:
+        import matplotlib as mpl  # noqa: PLC0415
+
+        mpl.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+        from matplotlib.colors import LogNorm  # noqa: PLC0415
+    except ImportError as exc:
+        msg = f"--plot needs matplotlib: pip install 'lltm[plot]' ({exc})"
+        raise SystemExit(msg) from exc
+    import numpy as np  # noqa: PLC0415 - matplotlib's own dependency
+
+    grid = _grid(results)
+    precisions = list(dict.fromkeys(k[0] for k in grid))
+    shapes = list(dict.fromkeys((f, s) for _, f, s in grid))
+    values = [
+        v
+        for cells in grid.values()
+        for p in cells.values()
+        if (v := _speedup(p, variant, base, metric))
+    ]
+    # Symmetric around 1 on a log scale, so that 2x and 0.5x look alike;
+    # beyond 8x the colour saturates (the annotation still tells).
+    span = min(8.0, max([2.0, *(max(v, 1 / v) for v in values)]))
+    norm = LogNorm(vmin=1 / span, vmax=span)
+    cmap = plt.get_cmap("RdBu")
+    fig, axes = plt.subplots(
+        len(precisions),
+        len(shapes),
+        figsize=(4.2 * len(shapes) + 1.2, 3.4 * len(precisions) + 0.8),
+        squeeze=False,
+        layout="constrained",
+    )
+    image = None
+    for i, precision in enumerate(precisions):
+        for j, (features, state) in enumerate(shapes):
+            ax = axes[i][j]
+            cells = grid.get((precision, features, state))
+            if not cells:
+                ax.set_axis_off()
+                continue
+            ts = sorted({t for t, _ in cells})
+            bs = sorted({b for _, b in cells})
+            data = np.full((len(ts), len(bs)), np.nan)
+            for (t, b), point in cells.items():
+                s = _speedup(point, variant, base, metric)
+                if s is not None:
+                    data[ts.index(t), bs.index(b)] = s
+            image = ax.imshow(np.ma.masked_invalid(data), cmap=cmap, norm=norm, aspect="auto")
+            for (y, x), v in np.ndenumerate(data):
+                text = "n/a" if np.isnan(v) else f"{v:.2f}"
+                dark = not np.isnan(v) and abs(math.log(v)) > 0.6 * math.log(span)
+                ax.text(
+                    x,
+                    y,
+                    text,
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if dark else "black",
+                )
+            ax.set_xticks(range(len(bs)), [str(b) for b in bs])
+            ax.set_yticks(range(len(ts)), [str(t) for t in ts])
+            ax.set(
+                xlabel="batch B", ylabel="steps T", title=f"{precision}, F={features}, S={state}"
+            )
+    if image is not None:
+        bar = fig.colorbar(image, ax=axes, shrink=0.8, label=f"speedup over {base} ({metric} time)")
+        # Powers of two, written out: LogNorm's default ticks read 2 x 10^-1.
+        ticks = [2.0**k for k in range(-3, 4) if 1 / span <= 2.0**k <= span]
+        bar.ax.minorticks_off()
+        bar.set_ticks(ticks, labels=[f"{t:g}x" for t in ticks])
+    fig.suptitle(
+        f"{_label(variant, results)} over {_label(base, results)}: forward + backward, "
+        f"{'wall' if metric == 'wall' else 'GPU'} time (above 1: faster)"
+    )
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    _progress(f"wrote {path}")
+
+
+def describe(precisions: Sequence[str], device: str | torch.device) -> str:
+    """The header of a report: torch, the GPU, what the columns and precisions mean."""
+    device = torch.device(device)
+    gpu = ""
+    if device.type == "cuda":
+        gpu = f", {torch.cuda.get_device_name(device)}"
+    lines = [
+        (
+            f"LLTM layer over T steps, forward + backward of output.sum() (input and "
+            f"parameters need grad); torch {torch.__version__}, {torch.get_num_threads()} "
+            f"threads{gpu}"
+        ),
+        (
+            "wall = eager median; gpu = the same call replayed as a CUDA graph; host x = "
+            "wall / gpu; vs LSTM = nn.LSTM's wall / the variant's (above 1: faster); gpu vs = "
+            "the same on GPU times; vs loop = against the lltm.LLTM loop"
+        ),
+    ]
+    for p in precisions:
+        prec = PRECISIONS[p]
+        tf32 = (
+            f"matmul TF32 {'on' if prec.matmul_tf32 else 'off'}, "
+            f"cuDNN TF32 {'on' if prec.cudnn_tf32 else 'off'}"
+        )
+        lines.append(f"{p}: {tf32}{'; ' + prec.note if prec.note else ''}")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line: one size, or several with repeated ``--size T,B,F,S``."""
+    import argparse  # noqa: PLC0415
+    import json  # noqa: PLC0415
+
     parser = argparse.ArgumentParser(
         prog="python -m lltm._sequence_benchmark",
         description="Time an LLTM layer over T steps (forward + backward) against Python "
-        "loops of the cell and nn.LSTM.",
+        "loops of the cell and nn.LSTM. `python -m lltm.benchmark --sequence` does the same, "
+        "and sweeps.",
     )
     parser.add_argument(
         "--size",
@@ -281,34 +1290,45 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="steps, batch, features, state (repeatable; default 64,16,32,128)",
     )
     parser.add_argument("-d", "--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", choices=sorted(_DTYPES), action="append")
-    parser.add_argument("-r", "--runs", type=int, default=20)
+    parser.add_argument(
+        "--dtype",
+        "--precision",
+        dest="precision",
+        choices=list(PRECISIONS),
+        action="append",
+        help="repeatable; default float32 (TF32 off)",
+    )
+    parser.add_argument("-r", "--runs", type=int, default=None, help="default: --seconds")
+    parser.add_argument("--seconds", type=float, default=2.0, help="time budget per size")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--variants", type=lambda s: s.split(","), default=None)
+    parser.add_argument("--no-gpu-time", action="store_true", help="skip the CUDA-graph replays")
+    parser.add_argument("--launches", "--kernels", action="store_true", dest="launches")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args(argv)
     sizes = [tuple(int(v) for v in s.split(",")) for s in args.size or ["64,16,32,128"]]
-    results = []
     for size in sizes:
         if len(size) != 4:
-            parser.error(f"--size {size}: expected T,B,F,S")
-        for dtype in args.dtype or ["float32"]:
+            parser.error(f"--size {','.join(map(str, size))}: expected T,B,F,S")
+    unknown = [v for v in args.variants or [] if v not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    precisions = args.precision or ["float32"]
+    results = []
+    for size in sizes:
+        for p in precisions:
             results += run_sequence(
                 *size,
-                dtype=_DTYPES[dtype],
                 device=args.device,
+                precision=p,
                 runs=args.runs,
+                seconds=args.seconds,
                 warmup=args.warmup,
                 variants=args.variants,
+                gpu_time=not args.no_gpu_time,
+                launches=args.launches,
             )
-    print(  # noqa: T201
-        f"LLTM layer over T steps, forward + backward of output.sum(); torch "
-        f"{torch.__version__}, {torch.get_num_threads()} threads, TF32 "
-        f"{'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'} (cuDNN too)"
-        f"{', ' + torch.cuda.get_device_name() if args.device.startswith('cuda') else ''}\n"
-        "vs LSTM = nn.LSTM's median / the variant's (above 1: faster than nn.LSTM); "
-        "vs loop = the lltm.LLTM loop's median / the variant's\n"
-    )
+    print(describe(precisions, args.device))  # noqa: T201
     print(format_sequence_table(results))  # noqa: T201
     if args.json:
         with open(args.json, "w") as f:  # noqa: PTH123

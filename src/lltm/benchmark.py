@@ -29,9 +29,17 @@ weights and bias only; ``--grad all`` also the input and both states, as in an
 unrolled sequence. ``--sizes`` sweeps several sizes and ``--plot`` draws time
 against batch size (``pip install 'lltm[plot]'`` for matplotlib).
 ``--launches`` counts the GPU operations of each variant's forward and
-backward with ``torch.profiler``. ``--sequence T`` times whole sequences
-instead: :class:`lltm.LLTMLayer` over T steps against Python loops of the
-cell and ``nn.LSTM`` (see :mod:`lltm._sequence_benchmark`).
+backward with ``torch.profiler``.
+
+``--sequence T`` times whole sequences instead: :class:`lltm.LLTMLayer` over
+T steps against Python loops of the cell and ``nn.LSTM``, with the GPU time
+of each (the call replayed as a CUDA graph) beside its wall time (see
+:mod:`lltm._sequence_benchmark`). ``--sequence --sizes TxBxFxS,...`` gives each
+size its own T; ``--sequence --sweep`` runs the layer and ``nn.LSTM`` over
+``--steps`` x ``--batches`` x ``--fs`` (by default the sweep of issue 12),
+prints the speedup tables in Markdown and ``--plot`` draws them as a heat map.
+``--precision float32,float32-defaults,float16,bfloat16`` picks the dtypes and
+TF32 switches of a sequence run.
 """
 
 from __future__ import annotations
@@ -484,49 +492,115 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def _sizes(text: str) -> list[tuple[int, int, int]]:
+def _sizes(text: str) -> list[tuple[int, ...]]:
+    """BATCHxFEATURESxSTATE[,...]; with ``--sequence``, also STEPSxBATCHxFEATURESxSTATE."""
     sizes = []
     for item in text.split(","):
         try:
-            batch, features, state = (int(v) for v in item.lower().split("x"))
+            size = tuple(int(v) for v in item.lower().split("x"))
         except ValueError:
-            msg = f"expected BATCHxFEATURESxSTATE[,...], e.g. 16x32x128,4096x32x128; got {item!r}"
-            raise argparse.ArgumentTypeError(msg) from None
-        if min(batch, features, state) < 1:
+            size = ()
+        if len(size) not in (3, 4):
+            msg = (
+                "expected BATCHxFEATURESxSTATE[,...], e.g. 16x32x128,4096x32x128 (with "
+                f"--sequence, also STEPSxBATCHxFEATURESxSTATE); got {item!r}"
+            )
+            raise argparse.ArgumentTypeError(msg)
+        if min(size) < 1:
             msg = f"sizes must be at least 1, got {item!r}"
             raise argparse.ArgumentTypeError(msg)
-        sizes.append((batch, features, state))
+        sizes.append(size)
     return sizes
+
+
+def _positive_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        msg = f"expected positive integers N[,N...], e.g. 16,64; got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return values
+
+
+def _fs_list(text: str) -> list[tuple[int, int]]:
+    pairs = []
+    for item in text.split(","):
+        try:
+            features, state = (int(v) for v in item.lower().split("x"))
+        except ValueError:
+            features = state = 0
+        if min(features, state) < 1:
+            msg = f"expected FEATURESxSTATE[,...], e.g. 32x128,256x512; got {item!r}"
+            raise argparse.ArgumentTypeError(msg)
+        pairs.append((features, state))
+    return pairs
+
+
+def _precision_list(text: str) -> list[str]:
+    from ._sequence_benchmark import PRECISIONS  # noqa: PLC0415
+
+    names = text.split(",")
+    unknown = [n for n in names if n not in PRECISIONS]
+    if unknown:
+        msg = f"unknown {', '.join(unknown)}; choose from {', '.join(PRECISIONS)}"
+        raise argparse.ArgumentTypeError(msg)
+    return names
+
+
+# The defaults of the options that the cell and the sequence benchmark share
+# but set differently: None in the parser, so that a value given on the
+# command line can be told from a default, and then filled in per mode.
+_CELL_DEFAULTS: dict[str, Any] = {
+    "batch_size": 16,
+    "features": 32,
+    "state_size": 128,
+    "dtype": "float32",
+    "grad": "params",
+    "seconds": 2.0,
+    "warmup": 20,
+    "rounds": 10,
+    "max_runs": 1000,
+}
+_SEQUENCE_DEFAULTS: dict[str, Any] = {"seconds": 2.0, "warmup": 3, "rounds": 5, "max_runs": 1000}
+_SWEEP_DEFAULTS: dict[str, Any] = {"seconds": 0.5, "warmup": 2, "rounds": 3, "max_runs": 200}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse the command line."""
+    from . import _sequence_benchmark as seq  # noqa: PLC0415
+
     parser = argparse.ArgumentParser(
         prog="python -m lltm.benchmark",
         description="Time the LLTM training step: lltm against eager PyTorch, torch.compile, "
-        "nn.LSTMCell and the GEMM floor.",
+        "nn.LSTMCell and the GEMM floor. With --sequence, the LLTMLayer over whole "
+        "sequences against nn.LSTM.",
     )
-    parser.add_argument("-b", "--batch-size", type=_positive, default=16)
-    parser.add_argument("-f", "--features", type=_positive, default=32)
-    parser.add_argument("-s", "--state-size", type=_positive, default=128)
+    parser.add_argument("-b", "--batch-size", type=_positive, default=None, help="default 16")
+    parser.add_argument("-f", "--features", type=_positive, default=None, help="default 32")
+    parser.add_argument("-s", "--state-size", type=_positive, default=None, help="default 128")
     parser.add_argument(
         "--sizes",
         type=_sizes,
         default=None,
-        help="a sweep: BATCHxFEATURESxSTATE[,...] (instead of -b/-f/-s)",
+        help="a sweep: BATCHxFEATURESxSTATE[,...] (instead of -b/-f/-s); with --sequence and "
+        "no T, STEPSxBATCHxFEATURESxSTATE[,...]",
     )
     parser.add_argument(
         "-d",
         "--device",
         default="auto",
-        help="cpu, cuda, cuda:1, a comma-separated list, or auto (every available backend)",
+        help="cpu, cuda, cuda:1, a comma-separated list, or auto (every available backend; "
+        "with --sweep, CUDA if available, else the CPU)",
     )
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default float32")
     parser.add_argument(
         "--grad",
         choices=GRAD_MODES,
-        default="params",
-        help="params: weights and bias need grad (the tutorial's case); all: input and states too",
+        default=None,
+        help="params (default): weights and bias need grad (the tutorial's case); all: input "
+        "and states too (--sequence always differentiates the input and every parameter)",
     )
     parser.add_argument(
         "-r", "--runs", type=_positive, default=None, help="timed iterations (default: --seconds)"
@@ -534,84 +608,260 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--seconds",
         type=float,
-        default=2.0,
-        help="without --runs, time each variant for about this long per size",
+        default=None,
+        help="without --runs, time the variants for about this long per size (default 2; "
+        "with --sweep, 0.5 per point for all variants together)",
     )
-    parser.add_argument("--max-runs", type=_positive, default=1000, help=argparse.SUPPRESS)
-    parser.add_argument("--warmup", type=_non_negative, default=20, help="untimed iterations")
+    parser.add_argument("--max-runs", type=_positive, default=None, help=argparse.SUPPRESS)
     parser.add_argument(
-        "--rounds", type=_positive, default=10, help="the variants take turns this many times"
+        "--warmup",
+        type=_non_negative,
+        default=None,
+        help="untimed iterations (default 20; --sequence 3, --sweep 2)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=_positive,
+        default=None,
+        help="the variants take turns this many times (default 10; --sequence 5, --sweep 3)",
     )
     parser.add_argument(
         "--variants",
         type=lambda text: text.split(","),
         default=None,
         help=f"comma-separated subset of {','.join(VARIANTS)} (default: all; with "
-        "--sequence, of loop-python, loop-lltm, layer, layer-persistent, layer-steps, nn.LSTM)",
+        f"--sequence, of {','.join(seq.VARIANTS)}; --sweep: {','.join(seq.SWEEP_VARIANTS)})",
     )
-    parser.add_argument(
+    sequence = parser.add_argument_group("sequences (--sequence)")
+    sequence.add_argument(
         "--sequence",
         type=_positive,
+        nargs="?",
+        const=0,
         metavar="T",
-        help="time the LLTMLayer over T steps against loops of the cell and nn.LSTM",
+        help="time the LLTMLayer over T steps against loops of the cell and nn.LSTM (no T: "
+        "with --sweep, or with --sizes STEPSxBATCHxFEATURESxSTATE)",
+    )
+    sequence.add_argument(
+        "--sweep",
+        action="store_true",
+        help="with --sequence: every T x B x (F, S) of --steps, --batches and --fs",
+    )
+    sequence.add_argument(
+        "--steps",
+        type=_positive_list,
+        default=None,
+        help=f"the sweep's T (default {','.join(map(str, seq.SWEEP_STEPS))})",
+    )
+    sequence.add_argument(
+        "--batches",
+        type=_positive_list,
+        default=None,
+        help=f"the sweep's B (default {','.join(map(str, seq.SWEEP_BATCHES))})",
+    )
+    sequence.add_argument(
+        "--fs",
+        type=_fs_list,
+        default=None,
+        help="the sweep's FEATURESxSTATE pairs (default "
+        f"{','.join(f'{f}x{s}' for f, s in seq.SWEEP_FS)})",
+    )
+    sequence.add_argument(
+        "--precision",
+        type=_precision_list,
+        default=None,
+        help=f"comma-separated subset of {','.join(seq.PRECISIONS)} (default: --dtype's; "
+        "float32 turns TF32 off for cuBLAS and cuDNN, float32-defaults keeps torch's, "
+        "where cuDNN uses TF32)",
+    )
+    sequence.add_argument(
+        "--no-gpu-time",
+        action="store_true",
+        help="skip the CUDA-graph replays that give the GPU time",
     )
     parser.add_argument(
         "--launches",
+        "--kernels",
         action="store_true",
+        dest="launches",
         help="count the GPU operations of each variant's forward and backward (CUDA)",
     )
-    parser.add_argument("--plot", metavar="PNG", help="draw step time against batch size")
+    parser.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="draw step time against batch size (with --sweep: the speedup heat map)",
+    )
     parser.add_argument(
         "--json",
         metavar="PATH",
         help="also write the results as JSON to PATH ('-' prints JSON instead of the table)",
     )
     args = parser.parse_args(argv)
-    if args.sizes is None:
-        args.sizes = [(args.batch_size, args.features, args.state_size)]
     if args.sequence is None:
-        unknown = [v for v in args.variants or [] if v not in VARIANTS]
-        if unknown:
-            parser.error(
-                f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}"
-            )
-        args.variants = args.variants or list(VARIANTS)
+        _check_cell_args(parser, args)
+    else:
+        _check_sequence_args(parser, args)
     return args
 
 
-def main_sequence(args: argparse.Namespace) -> None:
-    """``--sequence T``: the layer over T steps, per device and size."""
-    from ._sequence_benchmark import format_sequence_table, run_sequence  # noqa: PLC0415
+def _given(args: argparse.Namespace, *names: str) -> list[str]:
+    """The options among ``names`` (dests) given on the command line, spelt as options."""
+    return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) not in (None, False)]
 
-    results = []
-    for device in _devices(args.device):
-        for batch, features, state in args.sizes:
-            results += run_sequence(
-                args.sequence,
-                batch,
-                features,
-                state,
-                dtype=DTYPES[args.dtype],
-                device=device,
-                runs=args.runs or 20,
-                warmup=max(1, min(args.warmup, 5)),
-                rounds=min(args.rounds, 5),
-                variants=args.variants,
+
+def _check_cell_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse the sequence-only options, then fill in the cell benchmark's defaults."""
+    if wrong := _given(args, "sweep", "steps", "batches", "fs", "precision", "no_gpu_time"):
+        parser.error(f"{', '.join(wrong)}: only with --sequence")
+    for key, value in _CELL_DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.sizes is None:
+        args.sizes = [(args.batch_size, args.features, args.state_size)]
+    if any(len(size) != 3 for size in args.sizes):
+        parser.error("--sizes: expected BATCHxFEATURESxSTATE (STEPSx... only with --sequence)")
+    unknown = [v for v in args.variants or [] if v not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    args.variants = args.variants or list(VARIANTS)
+
+
+def _check_sequence_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse what ``--sequence`` cannot honour, then fill in its defaults.
+
+    Sets ``args.precision`` (a list), ``args.sizes`` (STEPSxBATCHxFEATURESxSTATE
+    tuples, without ``--sweep``) and, with ``--sweep``, ``steps``, ``batches``
+    and ``fs``.
+    """
+    from . import _sequence_benchmark as seq  # noqa: PLC0415
+
+    if args.grad is not None:
+        parser.error("--grad: --sequence always differentiates the input and every parameter")
+    if args.dtype is not None and args.precision is not None:
+        parser.error("--dtype and --precision: give one (--precision takes a list)")
+    args.precision = args.precision or [args.dtype or "float32"]
+    unknown = [v for v in args.variants or [] if v not in seq.VARIANTS]
+    if unknown:
+        parser.error(
+            f"--variants: unknown {', '.join(unknown)}; with --sequence choose from "
+            f"{', '.join(seq.VARIANTS)}"
+        )
+    check = _check_sweep_args if args.sweep else _check_sizes_args
+    defaults = check(parser, args)
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+
+
+def _check_sweep_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    """``--sequence --sweep``: one device, the grid from --steps/--batches/--fs; its defaults."""
+    from . import _sequence_benchmark as seq  # noqa: PLC0415
+
+    if args.sequence:
+        parser.error("--sequence T and --sweep: the sweep takes its T from --steps")
+    if wrong := _given(args, "batch_size", "features", "state_size", "sizes"):
+        parser.error(f"{', '.join(wrong)} and --sweep: the sweep takes --batches and --fs")
+    if args.device == "auto":
+        args.device = "cuda" if "cuda" in lltm.available_backends() else "cpu"
+    if "," in args.device:
+        parser.error(f"--device {args.device}: --sweep runs on one device")
+    args.steps = args.steps or list(seq.SWEEP_STEPS)
+    args.batches = args.batches or list(seq.SWEEP_BATCHES)
+    args.fs = args.fs or list(seq.SWEEP_FS)
+    args.variants = args.variants or list(seq.SWEEP_VARIANTS)
+    return _SWEEP_DEFAULTS
+
+
+def _check_sizes_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    """``--sequence T`` or ``--sequence --sizes TxBxFxS``: set ``args.sizes`` to 4-tuples."""
+    if wrong := _given(args, "steps", "batches", "fs"):
+        parser.error(f"{', '.join(wrong)}: only with --sweep")
+    if args.plot:
+        parser.error("--plot with --sequence: only with --sweep (a heat map of the sweep)")
+    shape = _given(args, "batch_size", "features", "state_size")
+    if args.sizes is not None and shape:
+        parser.error(f"{', '.join(shape)} and --sizes: give one")
+    sizes = args.sizes or [(args.batch_size or 16, args.features or 32, args.state_size or 128)]
+    if args.sequence:
+        if any(len(size) != 3 for size in sizes):
+            parser.error(
+                f"--sequence {args.sequence} and --sizes STEPSx...: give T once "
+                "(--sizes BATCHxFEATURESxSTATE, or --sequence without T)"
             )
-    report = {"config": _config(args), "results": results}
+        sizes = [(args.sequence, *size) for size in sizes]
+    elif args.sizes is None or any(len(size) != 4 for size in sizes):
+        parser.error(
+            "--sequence without T: give --sweep, or --sizes STEPSxBATCHxFEATURESxSTATE[,...]"
+        )
+    args.sizes = sizes
+    return _SEQUENCE_DEFAULTS
+
+
+def main_sequence(args: argparse.Namespace) -> None:
+    """``--sequence``: the layer over T steps, per device, size and precision, or a sweep."""
+    from . import _sequence_benchmark as seq  # noqa: PLC0415
+
+    options = {
+        "runs": args.runs,
+        "seconds": args.seconds,
+        "max_runs": args.max_runs,
+        "warmup": args.warmup,
+        "rounds": args.rounds,
+        "variants": args.variants,
+        "gpu_time": not args.no_gpu_time,
+        "launches": args.launches,
+    }
+    config = {
+        "mode": "sweep" if args.sweep else "sequence",
+        "precisions": args.precision,
+        **{k: v for k, v in options.items() if k != "variants"},
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "lltm": lltm.build_info(),
+    }
+    devices = _devices(args.device)  # the sweep's is one, checked by parse_args
+    if args.sweep:
+        config.update(
+            steps=args.steps,
+            batches=args.batches,
+            fs=[list(p) for p in args.fs],
+            variants=args.variants,
+            device=args.device,
+        )
+
+        def save(rows: list[dict[str, Any]]) -> None:
+            # After every point: a sweep cut short keeps what it measured.
+            if args.json and args.json != "-":
+                Path(args.json).write_text(json.dumps({"config": config, "results": rows}))
+
+        results = seq.run_sweep(
+            args.steps, args.batches, args.fs, args.precision, devices[0], on_point=save, **options
+        )
+        report = {"config": config, "results": results, "summary": seq.sweep_summary(results)}
+        text = seq.format_sweep_tables(results)
+    else:
+        config.update(sizes=[list(s) for s in args.sizes], variants=args.variants)
+        results = [
+            row
+            for device in devices
+            for size in args.sizes
+            for precision in args.precision
+            for row in seq.run_sequence(*size, device=device, precision=precision, **options)
+        ]
+        report = {"config": config, "results": results}
+        text = seq.format_sequence_table(results)
     if args.json == "-":
         print(json.dumps(report, indent=2))  # noqa: T201
-        return
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
-    print(  # noqa: T201
-        f"LLTM layer over T={args.sequence} steps, forward + backward of output.sum(); "
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, TF32 "
-        f"{'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'} (cuDNN too)\n"
-        "vs LSTM = nn.LSTM's median / the variant's (above 1: faster than nn.LSTM); "
-        "vs loop = the lltm.LLTM loop's median / the variant's\n"
-    )
-    print(format_sequence_table(results))  # noqa: T201
+    else:
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=2))
+        for device in devices:
+            print(seq.describe(args.precision, device))  # noqa: T201
+        print(text, flush=True)  # noqa: T201
+    # Last: without matplotlib this stops, and the tables are out already.
+    if args.plot:
+        seq.plot_sweep(results, args.plot)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
