@@ -21,10 +21,12 @@
 // g S + j; backward: the columns j of every row, for dZ W_h), transposed to
 // [k][g J + j] so that a warp reads adjacent words, and a tile of rows of
 // h_{t-1} (forward) or dZ_{t+1} (backward), which every block reads whole
-// from global memory (L2) after the barrier. A thread computes its (row,
-// column) items: the three dot products over k, then the pointwise math in
-// registers. The same thread owns the same items at every step, so c_t (and
-// in the backward dc) pass from step to step without a barrier.
+// from global memory (L2) after the barrier. A group of adjacent lanes
+// (one thread, where the tile has an item per thread) computes each (row,
+// column) item: the three dot products over k, split between its lanes,
+// then, in its first lane, the pointwise math in registers. The same lane
+// owns the same items at every step, so dc in the backward passes from step
+// to step without a barrier.
 //
 // float16 and bfloat16 are computed in float, W_h is kept in shared memory
 // in that type; h_t, c_t and dZ are stored in T between steps, as in the
@@ -81,7 +83,7 @@ __device__ __forceinline__ void step_barrier(cg::grid_group& grid) {
 // before the last barrier, into shared memory with row stride ld. Each
 // thread has kInFlight loads in flight before it stores any: one round trip
 // to L2 per kInFlight elements rather than per element.
-constexpr int kInFlight = 8;
+constexpr int kInFlight = 16;
 
 template <typename T>
 __device__ __forceinline__ void load_tile(
@@ -117,7 +119,21 @@ struct Tiling {
   int columns;
   int rows;
   int ld;
+  // Threads per (row, column) item, a power of two up to 32: adjacent
+  // lanes of a warp split the k of its dot products, and their sums meet by
+  // shuffles in a fixed order, where a tile has fewer items than threads.
+  int lanes;
 };
+
+// The sum of v over the `lanes` adjacent lanes of each group, in every lane
+// of it. Every lane of the warp takes part.
+template <typename A>
+__device__ __forceinline__ A sum_lanes(A v, int lanes) {
+  for (int offset = lanes / 2; offset > 0; offset /= 2) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
 
 // W_h's slice of this block into shared memory, as w_s[k * 3J + g J + jl]:
 // forward: W_h[g S + j][k]; backward: W_h[g S + k][j] (j = j0 + jl; zero
@@ -174,31 +190,45 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads(); // the last tile's readers are done (and W_h is in)
       load_tile(h_s, p.ld, h_prev + b0 * S, rows, S);
       __syncthreads();
-      for (int item = threadIdx.x; item < rows * J; item += blockDim.x) {
-        const int r = item / J;
-        const int jl = item - r * J;
+      // Every thread runs the same rounds, so that the shuffles of a warp
+      // meet; items past the end compute on zeros and store nothing.
+      const int lanes = p.lanes;
+      const int part = static_cast<int>(threadIdx.x) % lanes;
+      const int groups = static_cast<int>(blockDim.x) / lanes;
+      const int items = rows * J;
+      for (int item0 = 0; item0 < items; item0 += groups) {
+        const int item = item0 + static_cast<int>(threadIdx.x) / lanes;
+        const int r = item < items ? item / J : 0;
+        const int jl = item < items ? item - r * J : 0;
         const int j = j0 + jl;
-        if (j >= S) {
-          continue;
-        }
+        const bool owner = item < items && j < S && part == 0;
         const int64_t b = b0 + r;
         const int64_t at = b * S + j;
         // Loads that do not wait for h_{t-1}, issued before the dot product
         // so that their latency hides behind it.
         T* z = z_t + b * 3 * S;
-        const A pi = widen(z[j]) + widen(a.bias[j]);
-        const A po = widen(z[S + j]) + widen(a.bias[S + j]);
-        const A pc = widen(z[2 * S + j]) + widen(a.bias[2 * S + j]);
-        const A c_old = widen(c_prev[at]);
+        A pi = 0, po = 0, pc = 0, c_old = 0;
+        if (owner) {
+          pi = widen(z[j]) + widen(a.bias[j]);
+          po = widen(z[S + j]) + widen(a.bias[S + j]);
+          pc = widen(z[2 * S + j]) + widen(a.bias[2 * S + j]);
+          c_old = widen(c_prev[at]);
+        }
         const A* h_r = h_s + r * p.ld;
         const A* w_j = w_s + jl;
         A zi = 0, zo = 0, zc = 0;
-        for (int k = 0; k < S; ++k) {
+        for (int k = part; k < S; k += lanes) {
           const A h = h_r[k];
           const A* w_k = w_j + k * width;
           zi += h * w_k[0];
           zo += h * w_k[J];
           zc += h * w_k[2 * J];
+        }
+        zi = sum_lanes(zi, lanes);
+        zo = sum_lanes(zo, lanes);
+        zc = sum_lanes(zc, lanes);
+        if (!owner) {
+          continue;
         }
         const A i = sigmoid(zi + pi);
         const A o = sigmoid(zo + po);
@@ -252,19 +282,22 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
         load_tile(dz_s, p.ld, dz_next + b0 * G, rows, 3 * S);
         __syncthreads();
       }
-      for (int item = threadIdx.x; item < rows * J; item += blockDim.x) {
-        const int r = item / J;
-        const int jl = item - r * J;
+      const int lanes = p.lanes;
+      const int part = static_cast<int>(threadIdx.x) % lanes;
+      const int groups = static_cast<int>(blockDim.x) / lanes;
+      const int items = rows * J;
+      for (int item0 = 0; item0 < items; item0 += groups) {
+        const int item = item0 + static_cast<int>(threadIdx.x) / lanes;
+        const int r = item < items ? item / J : 0;
+        const int jl = item < items ? item - r * J : 0;
         const int j = j0 + jl;
-        if (j >= S) {
-          continue;
-        }
+        const bool owner = item < items && j < S && part == 0;
         const int64_t b = b0 + r;
         const int64_t at = b * S + j;
         // Loads that do not wait for dZ_{t+1}, issued before the dot
         // product so that their latency hides behind it.
         A gh = 0, gc = 0, i = 0, o = 0, g = 0, tc = 0;
-        if (t >= 0) {
+        if (owner && t >= 0) {
           gh = load(a.grad_output, t, b, j);
           if (last) {
             gh += load_element(a.grad_h_n, b, j);
@@ -281,13 +314,16 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
           const A* dz_r = dz_s + r * p.ld;
           const A* w_j = w_s + jl;
           A ri = 0, ro = 0, rc = 0;
-          for (int k = 0; k < S; ++k) {
+          for (int k = part; k < S; k += lanes) {
             const A* w_k = w_j + k * width;
             ri += dz_r[k] * w_k[0];
             ro += dz_r[S + k] * w_k[J];
             rc += dz_r[2 * S + k] * w_k[2 * J];
           }
-          recurrent = ri + ro + rc;
+          recurrent = sum_lanes(ri + ro + rc, lanes);
+        }
+        if (!owner) {
+          continue;
         }
         if (t < 0) {
           put(a.d_h0 + at, recurrent);
@@ -370,9 +406,13 @@ const void* kernel_of() {
 }
 
 // Columns per block: at least enough that one block per multiprocessor
-// covers the state, and, where shared memory allows, enough that a block
-// has an item per thread at small batch (fewer blocks make a cheaper
-// barrier).
+// covers the state, and, where shared memory allows, enough for
+// kItemsPerBlock (row, column) items at small batch. Fewer columns spread a
+// step over more multiprocessors, each with a shorter dot product, at the
+// price of a grid-wide barrier over more blocks; where a tile has fewer
+// items than threads, lanes split each item's dot product.
+constexpr int64_t kItemsPerBlock = 32;
+
 template <typename T, bool Backward>
 cudaError_t plan(int64_t batch, int64_t state, Plan* out) {
   using A = acc_t<T>;
@@ -396,8 +436,8 @@ cudaError_t plan(int64_t batch, int64_t state, Plan* out) {
   const int64_t fewest = (state + sms - 1) / sms;
   const int64_t most =
       (int64_t(limits.shared_bytes) - row_bytes) / column_bytes;
-  const int64_t columns =
-      std::min({std::max(fewest, (kThreads + batch - 1) / batch), most, state});
+  const int64_t columns = std::min(
+      {std::max(fewest, (kItemsPerBlock + batch - 1) / batch), most, state});
   if (columns < fewest || columns < 1) {
     return cudaSuccess; // W_h's slices do not fit
   }
@@ -406,6 +446,10 @@ cudaError_t plan(int64_t batch, int64_t state, Plan* out) {
   const int64_t room = int64_t(limits.shared_bytes) - weight_bytes;
   const int64_t rows = std::min<int64_t>(batch, room / row_bytes);
   const size_t bytes = static_cast<size_t>(weight_bytes + rows * row_bytes);
+  int lanes = 1;
+  while (lanes < 32 && rows * columns * lanes * 2 <= kThreads) {
+    lanes *= 2;
+  }
   const void* kernel = kernel_of<T, Backward>();
   // Raised only when a launch needs more than before: after the first call
   // of a size, a call (say, during a CUDA graph capture) makes no driver
@@ -433,7 +477,10 @@ cudaError_t plan(int64_t batch, int64_t state, Plan* out) {
   }
   out->fits = true;
   out->tiling = Tiling{
-      static_cast<int>(columns), static_cast<int>(rows), static_cast<int>(ld)};
+      static_cast<int>(columns),
+      static_cast<int>(rows),
+      static_cast<int>(ld),
+      lanes};
   out->blocks = static_cast<int>(blocks);
   out->shared_bytes = bytes;
   return cudaSuccess;
