@@ -278,15 +278,15 @@ Path requested_path() {
   return Path::kAuto;
 }
 
-// What auto runs: the persistent kernel up to persistent_max_elements of
-// batch * state_size (where it fits), the fused steps up to fused_max_macs
-// multiply-adds per recurrent product (batch * 3 state_size * state_size),
-// and cuBLAS's GEMMs beyond, where its tensor cores and large tiles win and
-// the launches are a small part of a step. The fused kernel computes on
-// CUDA cores: in 16-bit types cuBLAS's tensor cores overtake it sooner.
-// docs/performance.md has the measurements.
-int64_t persistent_max_elements(at::ScalarType dtype) {
-  return c10::elementSize(dtype) == 2 ? 8192 : 4096;
+// What auto runs: the persistent kernel up to a batch of 16, or 4096
+// elements of batch * state_size (where it fits); the fused steps up to
+// fused_max_macs multiply-adds per recurrent product (batch * 3 state_size *
+// state_size); and cuBLAS's GEMMs beyond, where its tensor cores and large
+// tiles win and the launches are a small part of a step. The fused kernel
+// computes on CUDA cores: in 16-bit types cuBLAS's tensor cores overtake it
+// sooner. docs/performance.md has the measurements.
+bool persistent_size(int64_t batch, int64_t state) {
+  return batch <= 16 || batch * state <= 4096;
 }
 int64_t fused_max_macs(at::ScalarType dtype) {
   return c10::elementSize(dtype) == 2 ? int64_t(1) << 24 : int64_t(1) << 26;
@@ -309,7 +309,7 @@ Path choose_path(
   }
   const Path beyond =
       B * 3 * S * S <= fused_max_macs(dtype) ? Path::kFused : Path::kSteps;
-  if (path == Path::kAuto && B * S > persistent_max_elements(dtype)) {
+  if (path == Path::kAuto && !persistent_size(B, S)) {
     return beyond;
   }
   bool fits = false;

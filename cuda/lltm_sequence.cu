@@ -436,8 +436,15 @@ cudaError_t plan(int64_t batch, int64_t state, Plan* out) {
   const int64_t fewest = (state + sms - 1) / sms;
   const int64_t most =
       (int64_t(limits.shared_bytes) - row_bytes) / column_bytes;
-  const int64_t columns = std::min(
-      {std::max(fewest, (kItemsPerBlock + batch - 1) / batch), most, state});
+  // A problem of one item per thread or fewer runs in one block where it
+  // fits, whose barrier costs a fraction of a grid-wide one.
+  const bool one_block = batch * state <= kThreads && most >= state;
+  const int64_t columns = one_block
+      ? state
+      : std::min(
+            {std::max(fewest, (kItemsPerBlock + batch - 1) / batch),
+             most,
+             state});
   if (columns < fewest || columns < 1) {
     return cudaSuccess; // W_h's slices do not fit
   }

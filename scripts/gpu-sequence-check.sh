@@ -81,7 +81,7 @@ fi
 if wants sanitize; then
   # torch.compile and CUDA graphs are too slow under the sanitizer, or need
   # the caching allocator; opcheck repeats what the other tests run.
-  cuda_tests=(tests/test_sequence.py -p no:cacheprovider -q -m cuda -k "not compile and not graph and not opcheck")
+  cuda_tests=(tests/test_sequence.py -p no:cacheprovider -q -m cuda -k "${LLTM_MEMCHECK_K:-not compile and not graph and not opcheck}")
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 step memcheck sanitize.log timeout 240 \
     compute-sanitizer --tool memcheck --error-exitcode 1 --print-limit 20 "$py" -m pytest "${cuda_tests[@]}"
   # Every path's kernels (paths_agree runs all three) and the fused kernel's
@@ -90,7 +90,7 @@ if wants sanitize; then
     step "$tool" sanitize.log timeout 150 \
       compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 "$py" -m pytest \
       tests/test_sequence.py -p no:cacheprovider -q -m cuda \
-      -k "(paths_agree and float32 and not B300) or (fused_tiles and (B1- or B17 or B300))"
+      -k "${LLTM_SANITIZER_K:-(paths_agree and float32 and not B300) or (fused_tiles and (B1- or B17 or B300))}"
   done
 fi
 # tables MD NAME... [OPTION...]: scripts/bench_tables.py over the $out/NAME.json
