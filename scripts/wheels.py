@@ -1332,9 +1332,15 @@ def cmd_index(args: argparse.Namespace) -> None:
         for entry in release_files(read_releases(Path(args.releases))):
             match = WHEEL_RE.match(entry.filename)
             label = LABEL_RE.match((match["version"].partition("+")[2]) if match else "")
-            if label is None:  # the PyPI wheels are release assets too
-                log(f"{entry.filename}: no variant label, left to PyPI")
+            if label is None and match and re.fullmatch(r"[\d.]+", match["version"]):
+                log(f"{entry.filename}: the plain version, left to PyPI")
                 continue
+            if label is None:
+                msg = (
+                    f"release asset {entry.filename}: neither a +pt{{XY}}{{variant}} label nor "
+                    "a plain version (did the upload rename it? GitHub once turned + into .)"
+                )
+                raise WheelError(msg)
             by_variant.setdefault(label["variant"], []).append(entry)
     if not by_variant:
         msg = "no labelled wheels to index"
