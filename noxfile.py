@@ -104,10 +104,24 @@ def tests(session: nox.Session) -> None:
     _pytest(session)
 
 
+# LLTM_TEST_THREADS=N (the CI job on the free-threaded CPython sets it): after
+# the suite, the suite again with each test run in N threads at once
+# (pytest-run-parallel), less torch.library.opcheck and torch.compile, whose
+# torch-internal caches are not thread-safe (they fail so with the GIL too).
+TEST_THREADS = os.environ.get("LLTM_TEST_THREADS", "")
+THREAD_UNSAFE_IN_TORCH = "not opcheck and not torch_compile"
+
+
 def _pytest(session: nox.Session) -> None:
     # Run from a directory without src/ so that the installed package is tested.
     session.chdir(ROOT / "tests")
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", *session.posargs)
+    if TEST_THREADS:
+        session.install("pytest-run-parallel==0.10.0")
+        session.run(
+            *("python", "-m", "pytest", "-p", "no:cacheprovider", "-q"),
+            *(f"--parallel-threads={TEST_THREADS}", "-k", THREAD_UNSAFE_IN_TORCH),
+        )
     session.chdir(ROOT)
 
 
