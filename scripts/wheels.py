@@ -1294,6 +1294,45 @@ def check_index_url(configured: str, published: str) -> None:
         raise WheelError(msg)
 
 
+def _wheelhouse_entries(wheelhouse: Path, out: Path) -> list[tuple[str, IndexFile]]:
+    """The wheels of a local folder, copied into OUT/<variant>/ and linked there."""
+    wheels = sorted(wheelhouse.glob("*.whl"))
+    if not wheels:
+        msg = f"no wheels in {wheelhouse}"
+        raise WheelError(msg)
+    entries = []
+    for wheel in wheels:
+        label = LABEL_RE.match(read_wheel(wheel).label or "")
+        if label is None:
+            msg = f"{wheel.name} has no +pt{{XY}}{{variant}} label: it belongs in no sub-index"
+            raise WheelError(msg)
+        sub = out / label["variant"]
+        sub.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(wheel, sub / wheel.name)
+        # Pages at <variant>/<project>/: the wheels sit beside the project folders.
+        entries.append((label["variant"], local_file(sub / wheel.name, f"../{wheel.name}")))
+    return entries
+
+
+def _release_entries(releases: Path) -> list[tuple[str, IndexFile]]:
+    """The labelled wheels of every release, linked where GitHub serves them."""
+    entries = []
+    for entry in release_files(read_releases(releases)):
+        match = WHEEL_RE.match(entry.filename)
+        label = LABEL_RE.match((match["version"].partition("+")[2]) if match else "")
+        if label is None and match and re.fullmatch(r"[\d.]+", match["version"]):
+            log(f"{entry.filename}: the plain version, left to PyPI")
+            continue
+        if label is None:
+            msg = (
+                f"release asset {entry.filename}: neither a +pt{{XY}}{{variant}} label nor "
+                "a plain version (did the upload rename it? GitHub once turned + into .)"
+            )
+            raise WheelError(msg)
+        entries.append((label["variant"], entry))
+    return entries
+
+
 def cmd_index(args: argparse.Namespace) -> None:
     """Write a PEP 503 index per variant, like PyTorch's: OUT/cpu/, OUT/cu130/, ...
 
@@ -1313,35 +1352,11 @@ def cmd_index(args: argparse.Namespace) -> None:
         shutil.rmtree(out)
     by_variant: dict[str, list[IndexFile]] = {}
     if args.wheelhouse is not None:
-        wheels = sorted(Path(args.wheelhouse).glob("*.whl"))
-        if not wheels:
-            msg = f"no wheels in {args.wheelhouse}"
-            raise WheelError(msg)
-        for wheel in wheels:
-            label = LABEL_RE.match(read_wheel(wheel).label or "")
-            if label is None:
-                msg = f"{wheel.name} has no +pt{{XY}}{{variant}} label: it belongs in no sub-index"
-                raise WheelError(msg)
-            sub = out / label["variant"]
-            sub.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(wheel, sub / wheel.name)
-            # Pages at <variant>/<project>/: the wheels sit beside the project folders.
-            entry = local_file(sub / wheel.name, f"../{wheel.name}")
-            by_variant.setdefault(label["variant"], []).append(entry)
+        for variant, entry in _wheelhouse_entries(Path(args.wheelhouse), out):
+            by_variant.setdefault(variant, []).append(entry)
     if args.releases is not None:
-        for entry in release_files(read_releases(Path(args.releases))):
-            match = WHEEL_RE.match(entry.filename)
-            label = LABEL_RE.match((match["version"].partition("+")[2]) if match else "")
-            if label is None and match and re.fullmatch(r"[\d.]+", match["version"]):
-                log(f"{entry.filename}: the plain version, left to PyPI")
-                continue
-            if label is None:
-                msg = (
-                    f"release asset {entry.filename}: neither a +pt{{XY}}{{variant}} label nor "
-                    "a plain version (did the upload rename it? GitHub once turned + into .)"
-                )
-                raise WheelError(msg)
-            by_variant.setdefault(label["variant"], []).append(entry)
+        for variant, entry in _release_entries(Path(args.releases)):
+            by_variant.setdefault(variant, []).append(entry)
     if not by_variant:
         msg = "no labelled wheels to index"
         raise WheelError(msg)
@@ -1516,6 +1531,17 @@ def cmd_try_index(args: argparse.Namespace) -> None:
     run([*test, *(["--", *args.pytest_args] if args.pytest_args else [])])
 
 
+def check_plain_install(version: str, info: dict[str, Any], torch: str, cuda: str | None) -> None:
+    """A plain version (PyPI's wheel) has no label: the torch minor, and CUDA major, must match."""
+    built = info["torch"]
+    if _torch_minor(built) != _torch_minor(torch):
+        msg = f"lltm {version} was built against torch {built}, torch {torch} runs"
+        raise WheelError(msg)
+    if info.get("cuda") and (cuda or "").split(".")[0] != info["cuda"].split(".")[0]:
+        msg = f"lltm {version} has CUDA {info['cuda']} kernels, torch {torch} CUDA {cuda}"
+        raise WheelError(msg)
+
+
 def cmd_test_installed(args: argparse.Namespace) -> None:
     """Check the installed lltm and run the tests against it (not against a source tree)."""
     import torch  # noqa: PLC0415
@@ -1541,16 +1567,7 @@ def cmd_test_installed(args: argparse.Namespace) -> None:
         msg = f"lltm loaded its {info['backend']} build, not the wheel's prebuilt module"
         raise WheelError(msg)
     if label is None:
-        # A plain version (PyPI's wheel): no label, but the same torch minor, and
-        # for a CUDA build the CUDA major of the torch running it.
-        built = info["torch"]
-        if built.split("+")[0].split(".")[:2] != torch.__version__.split("+")[0].split(".")[:2]:
-            msg = f"lltm {lltm.__version__} was built against torch {built}, torch {torch.__version__} runs"
-            raise WheelError(msg)
-        cuda = info.get("cuda")
-        if cuda and (torch.version.cuda or "").split(".")[0] != cuda.split(".")[0]:
-            msg = f"lltm {lltm.__version__} has CUDA {cuda} kernels, torch {torch.__version__} CUDA {torch.version.cuda}"
-            raise WheelError(msg)
+        check_plain_install(lltm.__version__, info, torch.__version__, torch.version.cuda)
     elif label != running:
         msg = f"lltm {lltm.__version__} is installed under torch {torch.__version__} ({running})"
         raise WheelError(msg)
@@ -1570,8 +1587,10 @@ def cmd_test_installed(args: argparse.Namespace) -> None:
         return
     tests = ROOT / "tests"
     # From tests/, with no source tree on sys.path: conftest imports the installed lltm.
-    run([sys.executable, "-m", "pytest", tests, "-p", "no:cacheprovider", "-q", "-rs",
-         *args.pytest_args], cwd=tests)  # fmt: skip
+    # Test files named among the pytest arguments (test_cuda.py) replace the whole suite.
+    chosen = [a for a in args.pytest_args if (tests / a).is_file()]
+    run([sys.executable, "-m", "pytest", *([] if chosen else [tests]), "-p", "no:cacheprovider",
+         "-q", "-rs", *args.pytest_args], cwd=tests)  # fmt: skip
 
 
 # --- command line ----------------------------------------------------------------------
