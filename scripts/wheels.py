@@ -14,8 +14,12 @@ The same commands run in the GitHub workflows (through cibuildwheel and nox), in
     wheels.py check DIST...              the gates, on wheels and the sdist
     wheels.py pypi WHEELS... --out DIR   the plain-version PyPI wheels, from the labelled ones
     wheels.py index [WHEELHOUSE] [--releases JSON] --out DIR
-                                         a PEP 503 index per variant (dumb-pypi), of local
+                                         a PEP 503 index per variant, of local
                                          wheels and of every GitHub release's assets
+    wheels.py metadata-files DIR         WHEEL.metadata beside each wheel (release assets)
+    wheels.py release-manifest ROOT --base-url URL   GitHub's release list for ROOT/<tag>/
+    wheels.py simple-index DIR           a flat PEP 503 index of a folder: a local PyPI
+    wheels.py relabel WHEEL --version V --out DIR    a wheel under another version
     wheels.py try-index --index DIR --variant V --venv DIR ...
                                          serve the index on 127.0.0.1, pip install lltm from it
                                          into a fresh venv, run test-installed there
@@ -24,8 +28,8 @@ The same commands run in the GitHub workflows (through cibuildwheel and nox), in
 It runs on Python >= 3.10 with the standard library, so that cibuildwheel's
 hooks can call it with the Python being built for; the commands that read
 pyproject.toml need Python >= 3.11 (tomllib). The tools each gate uses
-(auditwheel, twine, check-wheel-contents, dumb-pypi, cuobjdump) are the
-caller's to install: nox's wheel sessions do.
+(auditwheel, twine, check-wheel-contents, cuobjdump) are the caller's
+to install: nox's wheel sessions do (install-torch installs uv itself).
 """
 
 from __future__ import annotations
