@@ -1038,6 +1038,8 @@ def relabel(wheel: Path, out: Path, version: str) -> Path:
     records = []
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as dest:
         for item, raw in entries:
+            if item.is_dir():  # auditwheel's folder entries: RECORD lists files only
+                continue
             data = raw
             name = item.filename.replace(old_info_dir, new_info_dir, 1)
             if name == f"{new_info_dir}RECORD":

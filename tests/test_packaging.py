@@ -547,7 +547,7 @@ def test_platform_key(wheels: ModuleType, tag: str, key: str | None) -> None:
 def test_plain_wheel_is_the_same_wheel_under_the_plain_version(
     wheels: ModuleType, tmp_path: Path
 ) -> None:
-    labelled = make_wheel(tmp_path)
+    labelled = make_wheel(tmp_path, extra={"lltm/": b""})  # a folder entry, as auditwheel writes
     out = tmp_path / "pypi"
     out.mkdir()
     plain = wheels.plain_wheel(labelled, out)
@@ -562,6 +562,7 @@ def test_plain_wheel_is_the_same_wheel_under_the_plain_version(
         # RECORD lists every other file with its hash and size, and itself without.
         rows = [r.split(",") for r in b.read("lltm-0.1.0.dist-info/RECORD").decode().split()]
         assert sorted(r[0] for r in rows) == sorted(b.namelist())
+        assert not [r[0] for r in rows if r[0].endswith("/")]  # files only: auditwheel reads it
         for name, digest, size in rows:
             if name.endswith("RECORD"):
                 assert (digest, size) == ("", "")
