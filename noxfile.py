@@ -280,7 +280,8 @@ def wheels_local(session: nox.Session) -> None:
     write the per-variant index into dist/index/, serve it on 127.0.0.1 and
     `pip install lltm` from it into a fresh venv holding the matching torch,
     then test that install: the whole suite for cpu, the import and
-    architecture checks for CUDA (-- --cuda-tests: its CPU tests too).
+    architecture checks for CUDA (-- --cuda-tests: its CPU tests too). Then
+    the PyPI layout and the index of two releases (_pypi_layout, _index_history).
     """
     variants = _local_variants(session)
     session.install(*WHEEL_TOOLS)
