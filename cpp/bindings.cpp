@@ -101,7 +101,25 @@ void def_backward(Module& m, const char* name, Function f, const char* doc) {
 
 } // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+// Free-threaded CPython (3.14t): the module declares that it runs without the
+// GIL, so that importing it does not turn the GIL back on. What makes that
+// safe, path by path:
+// - forward, backward and the _aten pair already run with the GIL released
+//   (py::gil_scoped_release above), concurrently with any Python thread, so
+//   nothing below them relied on the GIL before either. They touch no Python
+//   object; the tensors are reference-counted by c10 (atomically).
+// - Their one-time state is C++11 function-local statics (the dispatcher
+//   handles of find_op, the CPU kernel table of cpu::best_kernels, the
+//   sequence step loops): initialized once under the compiler's guard,
+//   read-only after. The dispatcher's lookups take its own lock. The CUDA
+//   device caches (cuda/lltm_sequence.cu) are std::atomic, and like all of
+//   the above already ran with the GIL released.
+// - The argument and result conversions are pybind11's (3.x, which locks its
+//   internals on a free-threaded build) and torch's Tensor caster, the same
+//   torch's own free-threaded wheels use.
+// - The module's attributes are set here, during import, under the import
+//   lock; supported_dtypes returns a copy of a constant array.
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m, py::mod_gil_not_used()) {
   m.doc() =
       "LLTM forward and backward, the tutorial's API over the lltm:: "
       "dispatcher ops.";

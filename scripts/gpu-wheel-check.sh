@@ -9,11 +9,17 @@
 #            check torch is unchanged, the import and architecture checks
 #   tests    the test suite against that install, CUDA tests and CPU tests,
 #            failing if no GPU is visible
+#   pypi     the PyPI layout: the plain-version wheel of that build (PyPI's own
+#            when this torch is the newest minor's cu130 build; otherwise under
+#            a --policy naming this torch), gated, served from a flat local
+#            simple index, installed into a fresh venv reusing this torch, and
+#            the CUDA tests and the free-threading/threads tests run against it
 # No network: packages the image lacks travel as wheels in .whl/
 # (scripts/fetch-device-wheels.sh). twine and check-wheel-contents are not
 # among them, so those two gates are skipped here (and say so).
 # Usage: scripts/gpu-wheel-check.sh [OUT_DIR]   (default $OUT)
-# Writes four files to OUT_DIR: summary.txt, build.log, install.log, tests.log.
+# Writes five files to OUT_DIR: summary.txt, build.log, install.log, tests.log,
+# pypi.log.
 # LLTM_GPU_WHEEL_DRY=1 tries it on a machine without a GPU (PYTHON: a Python
 # with torch): the venv installs that torch instead of reusing it, the GPU is
 # not required, and with a CPU build of torch the variant is cpu.
@@ -52,6 +58,7 @@ step() {
 : >"$out/build.log"
 : >"$out/install.log"
 : >"$out/tests.log"
+: >"$out/pypi.log"
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "no nvidia-smi"
   "$py" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
@@ -95,9 +102,25 @@ tests() {
     "${gpu_flags[@]}" -- --durations=10
 }
 
+pypi() {
+  local minor
+  minor=$("$py" -c "import torch; print('.'.join(torch.__version__.split('.')[:2]))") || return 1
+  rm -rf "$work/local-pypi" "$work/pypi-venv"
+  "${wheels[@]}" pypi "$work"/wheelhouse/*.whl --out "$work/local-pypi" --expect \
+    --policy "$minor:linux-x86_64=$variant" &&
+    "${wheels[@]}" check --skip twine --skip check-wheel-contents --expect-pypi \
+      --policy "$minor:linux-x86_64=$variant" "$work"/local-pypi/*.whl &&
+    "${wheels[@]}" simple-index "$work/local-pypi" &&
+    "${wheels[@]}" try-index --index "$work" --variant local-pypi --venv "$work/pypi-venv" \
+      "${venv_flags[@]}" --import-only "${gpu_flags[@]}" &&
+    timeout 300 "$work/pypi-venv/bin/python" scripts/wheels.py test-installed "${gpu_flags[@]}" \
+      -- test_cuda.py test_free_threading.py
+}
+
 step build build.log build &&
   step install install.log install &&
-  step tests tests.log tests
+  step tests tests.log tests &&
+  step pypi pypi.log pypi
 
 echo
 echo "=== summary"
@@ -105,4 +128,6 @@ printf '%s\n' "${summary[@]}" | tee -a "$out/summary.txt"
 grep -E "^(  (ok|FAIL|skip) |lltm-)" "$out/build.log" | tee -a "$out/summary.txt"
 grep -E "pip installed|unchanged" "$out/install.log" | tee -a "$out/summary.txt"
 tail -n 1 "$out/tests.log" | tee -a "$out/summary.txt"
-[[ ${#summary[@]} == 3 ]] && ! grep -q FAILED "$out/summary.txt"
+grep -E "pip installed|from the same index|unchanged" "$out/pypi.log" | tee -a "$out/summary.txt"
+tail -n 1 "$out/pypi.log" | tee -a "$out/summary.txt"
+[[ ${#summary[@]} == 4 ]] && ! grep -q FAILED "$out/summary.txt"

@@ -7,6 +7,8 @@ The builds themselves are checked by `nox -s wheels_local` and CI.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib.util
 import json
 import subprocess
@@ -219,6 +221,8 @@ def test_matrix_jobs(wheels: ModuleType) -> None:
         "torch": "2.14",
         "variant": "cu130",
         "artifact": "wheel-cp312-manylinux_x86_64-pt214cu130",
+        "pypi": False,  # CONFIG names no PyPI variants
+        "timeout": wheels.TIMEOUT_MINUTES["cuda"],
     } in jobs
     macos = next(p for p in matrix.platforms if p.name == "macos")
     assert matrix.expected_identifiers(macos) == ["cp311-macosx_arm64", "cp312-macosx_arm64"]
@@ -228,6 +232,17 @@ def test_matrix_jobs(wheels: ModuleType) -> None:
     ("changes", "match"),
     [
         ({"tool__cibuildwheel__build": ["cp3*"]}, "one CPython per entry"),
+        ({"tool__cibuildwheel__build": ["cp314td-*"]}, "one CPython per entry"),
+        ({"tool__lltm__wheels__pypi": {"linux-x86_64": "cu126"}}, "one of its variants"),
+        (
+            {"tool__lltm__wheels__pypi": {"linux-x86_64": "cpu"}},
+            "no variant for \\['macos-arm64'\\]",
+        ),
+        (
+            {"tool__lltm__wheels__pull-request": {"pythons": ["3.9"], "variants": ["cpu"]}},
+            "which the full matrix does not build",
+        ),
+        ({"tool__lltm__wheels__pull-request": {"pythons": [], "variants": []}}, "non-empty"),
         ({"tool__cibuildwheel__linux": {"archs": ["aarch64"]}}, "has no 'linux-aarch64'"),
         (
             {"tool__lltm__wheels__variants": {"linux-x86_64": ["cpu"], "macos-arm64": ["cu130"]}},
@@ -250,11 +265,109 @@ def test_matrix_errors(wheels: ModuleType, changes: dict[str, Any], match: str) 
         wheels.load_matrix(_config(**changes))
 
 
+def test_free_threaded_identifiers(wheels: ModuleType) -> None:
+    matrix = wheels.load_matrix(_config(tool__cibuildwheel__build=["cp314-*", "cp314t-*"]))
+    assert matrix.pythons == ("3.14", "3.14t")
+    linux = next(p for p in matrix.platforms if p.name == "linux")
+    assert matrix.expected_identifiers(linux) == [
+        "cp314-manylinux_x86_64",
+        "cp314t-manylinux_x86_64",
+    ]
+
+
+PLANS_CONFIG = _config(
+    tool__cibuildwheel__build=["cp310-*", "cp312-*", "cp314-*", "cp314t-*"],
+    tool__lltm__wheels__pypi={"linux-x86_64": "cu130", "macos-arm64": "cpu"},
+    **{"tool__lltm__wheels__pull-request": {"pythons": ["3.10", "3.14t"], "variants": ["cu130"]}},
+)
+
+
+def test_pull_request_plan_is_a_subset(wheels: ModuleType) -> None:
+    matrix = wheels.load_matrix(PLANS_CONFIG)
+    full, pr = matrix.jobs("full"), matrix.jobs("pr")
+    assert len(full) == 4 * 2 * (2 + 1)  # Pythons x torch x (linux variants + macos)
+    assert all(job in full for job in pr)
+    # The main platform: the PR's Pythons x its variants x the newest torch ...
+    linux = [(j["only"], j["torch"], j["variant"]) for j in pr if j["runner"] == "ubuntu"]
+    assert linux == [
+        ("cp310-manylinux_x86_64", "2.14", "cu130"),
+        ("cp314t-manylinux_x86_64", "2.14", "cu130"),
+    ]
+    # ... and one job per other platform: the newest CPython with the GIL, cpu.
+    macos = [(j["only"], j["torch"], j["variant"]) for j in pr if j["runner"] == "macos"]
+    assert macos == [("cp314-macosx_arm64", "2.14", "cpu")]
+    with pytest.raises(wheels.WheelError, match="expected one of pr, full"):
+        matrix.jobs("nightly")
+
+
+def test_pypi_jobs_are_the_policys(wheels: ModuleType) -> None:
+    matrix = wheels.load_matrix(PLANS_CONFIG)
+    pypi = [(j["only"], j["torch"], j["variant"]) for j in matrix.jobs("full") if j["pypi"]]
+    # One per CPython per platform: the newest torch, the variant PyPI's torch is.
+    assert sorted(pypi) == sorted(
+        [(f"cp{p}-manylinux_x86_64", "2.14", "cu130") for p in ("310", "312", "314", "314t")]
+        + [(f"cp{p}-macosx_arm64", "2.14", "cpu") for p in ("310", "312", "314", "314t")]
+    )
+    assert all(
+        j["timeout"] > wheels.TIMEOUT_MINUTES["cpu"] for j in matrix.jobs() if j["variant"] != "cpu"
+    )
+
+
+def test_plan_from_env(wheels: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LLTM_WHEEL_PLAN", raising=False)
+    assert wheels.plan_from_env(None) == "full"
+    monkeypatch.setenv("LLTM_WHEEL_PLAN", "pr")
+    assert wheels.plan_from_env(None) == "pr"
+    assert wheels.plan_from_env("full") == "full"
+
+
+def test_project_plans(wheels: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    """The project's two plans, as `wheels.py plan` prints them: counts match the job lists."""
+    if sys.version_info < (3, 11):
+        pytest.skip("reading pyproject.toml needs tomllib")
+    matrix = wheels.load_matrix()
+    full, pr = matrix.jobs("full"), matrix.jobs("pr")
+    variants = sum(len(p.variants) for p in matrix.platforms)
+    assert len(full) == len(matrix.pythons) * len(matrix.torch) * variants
+    assert matrix.pull_request is not None
+    assert len(pr) == len(matrix.pull_request.pythons) * len(matrix.pull_request.variants) + (
+        len(matrix.platforms) - 1
+    )
+    assert all(job in full for job in pr)
+    assert {j["torch"] for j in pr} == {matrix.newest_torch}
+    # cp310 and cp314 x {cpu, one CUDA} on Linux x86_64, one job per other platform.
+    assert {"3.10", "3.14"} <= set(matrix.pull_request.pythons)
+    assert "cpu" in matrix.pull_request.variants
+    assert any(v.startswith("cu") for v in matrix.pull_request.variants)
+    # Every platform gets a PyPI wheel per CPython in the full plan; the PR builds one each.
+    assert sum(j["pypi"] for j in full) == len(matrix.pythons) * len(matrix.platforms)
+    assert {j["runner"] for j in pr if j["pypi"]} == {p.runner for p in matrix.platforms}
+    readme = ROOT / "README.md"
+    if readme.is_file():  # the README's description of both plans
+        assert f"and one job (CPython 3.14, torch {matrix.newest_torch}, cpu) per other" in (
+            text := " ".join(readme.read_text().split())
+        )
+        assert f"per other platform: {len(pr)} jobs;" in text
+        assert f"the full matrix, {len(full)} jobs." in text
+    assert wheels.main(["plan"]) == 0
+    out = capsys.readouterr().out
+    assert f"== pr: {len(pr)} jobs" in out
+    assert f"== full: {len(full)} jobs" in out
+    assert out.count(" torch ") == len(pr) + len(full)
+
+
 def test_project_matrix_has_the_variants_the_issue_asks(wheels: ModuleType) -> None:
     if sys.version_info < (3, 11):
         pytest.skip("reading pyproject.toml needs tomllib")
     matrix = wheels.load_matrix()
-    assert matrix.pythons == ("3.10", "3.11", "3.12", "3.13", "3.14")
+    assert matrix.pythons == ("3.10", "3.11", "3.12", "3.13", "3.14", "3.14t")
+    # PyPI: the CUDA build of PyPI's torch on Linux x86_64, cpu elsewhere.
+    assert matrix.pypi == {
+        "linux-x86_64": "cu130",
+        "linux-aarch64": "cpu",
+        "macos-arm64": "cpu",
+        "windows-AMD64": "cpu",
+    }
     assert {"2.13", "2.14"} <= set(matrix.torch)
     keys = {p.key: p.variants for p in matrix.platforms}
     assert set(keys) == {"linux-x86_64", "linux-aarch64", "macos-arm64", "windows-AMD64"}
@@ -327,7 +440,8 @@ def test_gates_pass_a_good_wheel(wheels: ModuleType, tmp_path: Path) -> None:
         ({"extra": {"lltm/.dylibs/libc10.dylib": b"x"}}, "contents", "vendored"),
         ({"requires": "torch==2.13.*"}, "label", "Requires-Dist"),
         ({"version": "0.1.0+pt213cu130"}, "label", "built against torch 2.14.1"),
-        ({"version": "0.1.0"}, "label", "no +pt"),
+        ({"version": "0.1.0"}, "label", "a plain version, but no PyPI policy"),
+        ({"version": "0.1.0+cpu"}, "label", "no +pt"),
         ({"build_info": BUILD_INFO.replace('["9.0", "12.0+PTX"]', "[]")}, "label", "without CUDA"),
         ({"extra": {"lltm/filler.bin": b"0" * 2000}}, "size", "budget cuda"),
     ],
@@ -358,6 +472,10 @@ def test_gate_expected_variant(wheels: ModuleType, tmp_path: Path) -> None:
         ("libgomp.so.1", True),  # torch ships it (torch/lib), lltm links it
         ("libcudnn.so.9", False),
         ("libomp.dylib", True),
+        ("msvcp140.dll", True),  # the MSVC runtime: the system's, as torch's is
+        ("MSVCP140_1.dll", True),
+        ("vcruntime140_1.dll", True),
+        ("libopenblas.dll", False),
     ],
 )
 def test_torch_and_cuda_libraries(wheels: ModuleType, name: str, excluded: bool) -> None:
@@ -394,7 +512,6 @@ def test_serve_an_index(wheels: ModuleType, tmp_path: Path) -> None:
 
 
 def test_index_per_variant(wheels: ModuleType, tmp_path: Path) -> None:
-    pytest.importorskip("dumb_pypi", reason="dumb-pypi writes the index (nox wheel sessions)")
     house = tmp_path / "house"
     house.mkdir()
     cpu_info = 'VERSION = "0.1.0+pt213cpu"\nTORCH_VERSION = "2.13.0+cpu"\nCUDA_VERSION = None\n'
@@ -406,3 +523,198 @@ def test_index_per_variant(wheels: ModuleType, tmp_path: Path) -> None:
     assert "data-core-metadata=" in page
     assert "pt213cpu" not in page
     assert (tmp_path / "index" / "cpu" / "lltm" / "index.html").is_file()
+
+
+# --- PyPI's plain-version wheels ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tag", "key"),
+    [
+        ("manylinux_2_28_x86_64", "linux-x86_64"),
+        ("manylinux_2_28_aarch64", "linux-aarch64"),
+        ("manylinux_2_27_x86_64.manylinux_2_28_x86_64", "linux-x86_64"),
+        ("linux_x86_64", "linux-x86_64"),
+        ("macosx_11_0_arm64", "macos-arm64"),
+        ("win_amd64", "windows-AMD64"),
+        ("any", None),
+    ],
+)
+def test_platform_key(wheels: ModuleType, tag: str, key: str | None) -> None:
+    assert wheels.platform_key(tag) == key
+
+
+def test_plain_wheel_is_the_same_wheel_under_the_plain_version(
+    wheels: ModuleType, tmp_path: Path
+) -> None:
+    labelled = make_wheel(tmp_path, extra={"lltm/": b""})  # a folder entry, as auditwheel writes
+    out = tmp_path / "pypi"
+    out.mkdir()
+    plain = wheels.plain_wheel(labelled, out)
+    assert plain.name == "lltm-0.1.0-cp312-cp312-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(labelled) as a, zipfile.ZipFile(plain) as b:
+        assert a.read("lltm/_C.cpython-312-x86_64-linux-gnu.so") == b.read(
+            "lltm/_C.cpython-312-x86_64-linux-gnu.so"
+        )
+        assert "Version: 0.1.0\n" in b.read("lltm-0.1.0.dist-info/METADATA").decode()
+        assert 'VERSION = "0.1.0"' in b.read("lltm/_build_info.py").decode()
+        assert not [n for n in b.namelist() if "+pt214" in n]
+        # RECORD lists every other file with its hash and size, and itself without.
+        rows = [r.split(",") for r in b.read("lltm-0.1.0.dist-info/RECORD").decode().split()]
+        assert sorted(r[0] for r in rows) == sorted(b.namelist())
+        assert not [r[0] for r in rows if r[0].endswith("/")]  # files only: auditwheel reads it
+        for name, digest, size in rows:
+            if name.endswith("RECORD"):
+                assert (digest, size) == ("", "")
+                continue
+            data = b.read(name)
+            expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            assert digest == f"sha256={expected.decode()}"
+            assert int(size) == len(data)
+    with pytest.raises(wheels.WheelError, match="plain version already"):
+        wheels.plain_wheel(plain, tmp_path)
+
+
+def pypi_gate(
+    wheels: ModuleType, path: Path, policy: tuple[str, dict[str, str]]
+) -> tuple[str, str]:
+    report = wheels.Report(path)
+    wheels.gate_metadata(report, wheels.read_wheel(path), None, policy)
+    return {gate: (status, detail) for gate, status, detail in report.results}["label"]
+
+
+def test_gate_checks_plain_wheels_against_the_pypi_policy(
+    wheels: ModuleType, tmp_path: Path
+) -> None:
+    out = tmp_path / "pypi"
+    out.mkdir()
+    plain = wheels.plain_wheel(make_wheel(tmp_path), out)
+    status, detail = pypi_gate(wheels, plain, ("2.14", {"linux-x86_64": "cu130"}))
+    assert status == "ok", detail
+    assert "plain 0.1.0 (PyPI), cu130" in detail
+    status, detail = pypi_gate(wheels, plain, ("2.15", {"linux-x86_64": "cpu"}))
+    assert status == "FAIL"
+    assert "not the newest, 2.15" in detail
+    assert "[tool.lltm.wheels.pypi] says 'cpu'" in detail
+    status, detail = pypi_gate(wheels, plain, None)  # type: ignore[arg-type]
+    assert (status, "no PyPI policy" in detail) == ("FAIL", True)
+
+
+def test_pypi_policy_override(wheels: ModuleType) -> None:
+    matrix = wheels.load_matrix(PLANS_CONFIG)
+    assert wheels.pypi_policy(matrix, None) == ("2.14", matrix.pypi)
+    assert wheels.pypi_policy(matrix, "2.13:linux-x86_64=cpu") == ("2.13", {"linux-x86_64": "cpu"})
+    with pytest.raises(wheels.WheelError, match="TORCH:PLATFORM=VARIANT"):
+        wheels.pypi_policy(matrix, "linux-x86_64=cpu")
+
+
+# --- the index of every release, and the workflow's checks -----------------------------
+
+
+def test_index_url_hosts_compare_in_lowercase(wheels: ModuleType) -> None:
+    wheels.check_index_url("https://OWNER.github.io/lltm/whl", "https://owner.github.io/lltm/whl/")
+    with pytest.raises(wheels.WheelError, match="set index-url to it"):
+        wheels.check_index_url(
+            "https://owner.github.io/lltm/whl", "https://owner.github.io/LLTM/whl"
+        )
+    with pytest.raises(wheels.WheelError, match="set index-url to it"):
+        wheels.check_index_url(
+            "https://owner.github.io/lltm/whl", "https://other.github.io/lltm/whl"
+        )
+
+
+def _asset(tag: str, name: str, digest: str = "ab" * 32) -> dict[str, str]:
+    url = f"https://github.com/o/lltm/releases/download/{tag}/{name}"
+    return {"name": name, "browser_download_url": url, "digest": f"sha256:{digest}"}
+
+
+def test_index_of_every_release(wheels: ModuleType, tmp_path: Path) -> None:
+    wheel = "lltm-{}-cp312-cp312-manylinux_2_28_x86_64.whl"
+    releases = [
+        {
+            "tag_name": "v0.2.0",
+            "assets": [
+                _asset("v0.2.0", wheel.format("0.2.0+pt214cu130")),
+                _asset("v0.2.0", wheel.format("0.2.0+pt214cu130") + ".metadata", "cd" * 32),
+                _asset("v0.2.0", wheel.format("0.2.0")),  # PyPI's: not in the variant index
+            ],
+        },
+        {"tag_name": "v0.1.0", "assets": [_asset("v0.1.0", wheel.format("0.1.0+pt214cu130"))]},
+        {
+            "tag_name": "v0.3.0",
+            "draft": True,
+            "assets": [_asset("v0.3.0", wheel.format("0.3.0+pt214cu130"))],
+        },
+    ]
+    # gh api --paginate --jq '.[]': one release per line.
+    listing = tmp_path / "releases.jsonl"
+    listing.write_text("".join(json.dumps(r) + "\n" for r in releases))
+    assert wheels.main(["index", "--releases", str(listing), "--out", str(tmp_path / "site")]) == 0
+    page = (tmp_path / "site" / "cu130" / "lltm" / "index.html").read_text()
+    for version in ("0.1.0", "0.2.0"):
+        url = f"https://github.com/o/lltm/releases/download/v{version}/" + wheel.format(
+            f"{version}+pt214cu130"
+        )
+        assert f'href="{url}#sha256={"ab" * 32}"' in page
+    assert f'data-core-metadata="sha256={"cd" * 32}"' in page
+    assert "0.3.0" not in page  # a draft
+    assert wheel.format("0.2.0") + "<" not in page
+    assert sorted(p.name for p in (tmp_path / "site").iterdir()) == ["cu130"]
+    # A JSON list (gh api without --jq) reads the same.
+    assert wheels.read_releases(listing) == releases
+    listing.write_text(json.dumps(releases[:2]) + json.dumps(releases[2:]))
+    assert wheels.read_releases(listing) == releases
+
+
+def test_index_refuses_a_renamed_asset(wheels: ModuleType, tmp_path: Path) -> None:
+    renamed = "lltm-0.1.0.pt214cu130-cp312-cp312-manylinux_2_28_x86_64.whl"
+    listing = tmp_path / "releases.json"
+    listing.write_text(json.dumps([{"tag_name": "v0.1.0", "assets": [_asset("v0.1.0", renamed)]}]))
+    assert wheels.main(["index", "--releases", str(listing), "--out", str(tmp_path / "o")]) == 1
+
+
+def test_release_manifest_and_relabel(wheels: ModuleType, tmp_path: Path) -> None:
+    """Two local releases side by side in one index, as `nox -s wheels_local` lays them out."""
+    root = tmp_path / "download"
+    (root / "v0.1.0").mkdir(parents=True)
+    (root / "v0.2.0").mkdir()
+    first = make_wheel(root / "v0.1.0")
+    second = wheels.relabel(first, root / "v0.2.0", "0.2.0+pt214cu130")
+    assert wheels.read_wheel(second).version == "0.2.0+pt214cu130"
+    for folder in ("v0.1.0", "v0.2.0"):
+        wheels.write_metadata_files(root / folder)
+    manifest = wheels.release_manifest(root, "/releases/download")
+    assert [r["tag_name"] for r in manifest] == ["v0.1.0", "v0.2.0"]
+    files = wheels.release_files(manifest)
+    assert [(f.filename, f.url.split("/")[3]) for f in files] == [
+        (first.name, "v0.1.0"),
+        (second.name, "v0.2.0"),
+    ]
+    assert all(f.sha256 and f.metadata_sha256 for f in files)
+    assert files[0].sha256 == wheels.sha256(first)
+
+
+# --- torch for a variant: uv, or pip -----------------------------------------------------
+
+
+def test_install_torch_uses_uv_and_the_variants_index(
+    wheels: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wheels, "run", lambda *_a, **_k: None)  # no pip install uv here
+    monkeypatch.delenv("LLTM_WHEEL_INSTALLER", raising=False)
+    torch_cmd, deps = wheels.install_torch_commands(
+        "2.14", "cu130", build_deps=True, system="win32"
+    )
+    assert torch_cmd[1:5] == ["-m", "uv", "pip", "install"]
+    assert torch_cmd[-3:] == [
+        "torch==2.14.*",
+        "--index-url",
+        "https://download.pytorch.org/whl/cu130",
+    ]
+    assert "delvewheel==1.13.2" in deps  # cibuildwheel brings no repair tool on Windows
+    monkeypatch.setenv("LLTM_WHEEL_INSTALLER", "pip")
+    (torch_cmd,) = wheels.install_torch_commands("2.13", "cpu", build_deps=False, system="linux")
+    assert torch_cmd[1:4] == ["-m", "pip", "install"]
+    monkeypatch.setenv("LLTM_WHEEL_INSTALLER", "conda")
+    with pytest.raises(wheels.WheelError, match="expected uv or pip"):
+        wheels.install_torch_commands("2.13", "cpu", build_deps=False)
