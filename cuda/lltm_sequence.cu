@@ -41,6 +41,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 
 namespace lltm::cuda {
 namespace {
@@ -460,18 +461,25 @@ cudaError_t plan(int64_t batch, int64_t state, Plan* out) {
   const void* kernel = kernel_of<T, Backward>();
   // Raised only when a launch needs more than before: after the first call
   // of a size, a call (say, during a CUDA graph capture) makes no driver
-  // call to set it.
+  // call to set it. The lock keeps the limit from going down when threads
+  // that need different sizes raise it at once (the ops run without the
+  // GIL): the one that needed less must not set it last.
   static std::array<std::atomic<int>, 64> allowed{};
+  static std::mutex raising;
   std::atomic<int>& allowed_here = allowed[device_slot(limits)];
-  if (allowed_here.load(std::memory_order_relaxed) < static_cast<int>(bytes)) {
-    status = cudaFuncSetAttribute(
-        kernel,
-        cudaFuncAttributeMaxDynamicSharedMemorySize,
-        static_cast<int>(bytes));
-    if (status != cudaSuccess) {
-      return status;
+  if (allowed_here.load(std::memory_order_acquire) < static_cast<int>(bytes)) {
+    const std::lock_guard<std::mutex> lock(raising);
+    if (allowed_here.load(std::memory_order_relaxed) <
+        static_cast<int>(bytes)) {
+      status = cudaFuncSetAttribute(
+          kernel,
+          cudaFuncAttributeMaxDynamicSharedMemorySize,
+          static_cast<int>(bytes));
+      if (status != cudaSuccess) {
+        return status;
+      }
+      allowed_here.store(static_cast<int>(bytes), std::memory_order_release);
     }
-    allowed_here.store(static_cast<int>(bytes), std::memory_order_relaxed);
   }
   int per_sm = 0;
   status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
