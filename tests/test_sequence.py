@@ -524,6 +524,38 @@ def test_cuda_fused_tiles(
         assert_close_to_reference(got.cpu(), w)
 
 
+# auto's thresholds (cpp/sequence_cuda.cpp), a size on each side: the
+# persistent kernel in one block up to 256 elements of batch * state, up to
+# batch 16 or 4096 elements; the fused steps up to 2**26 multiply-adds per
+# recurrent product (2**24 in 16-bit types); cuBLAS beyond.
+AUTO_EDGES = [
+    (3, 2, 4, 128),
+    (3, 3, 4, 128),
+    (3, 16, 4, 512),
+    (3, 17, 4, 256),
+    (2, 32, 4, 128),
+    (2, 33, 4, 128),
+    (2, 341, 4, 256),
+    (2, 342, 4, 256),
+    (2, 341, 4, 128),
+    (2, 342, 4, 128),
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", AUTO_EDGES, ids=lambda s: "T{}-B{}-F{}-S{}".format(*s))
+def test_cuda_auto_at_its_thresholds(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, shape: tuple[int, int, int, int]
+) -> None:
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "auto")
+    args = make_sequence(*shape, device="cuda", dtype=dtype)
+    for got, w in zip(
+        with_grads(lltm.lltm_sequence, args), reference_with_grads(args), strict=True
+    ):
+        assert_close_to_reference(got.cpu(), w)
+
+
 @pytest.mark.cuda
 def test_cuda_bad_path_and_a_state_too_large_for_the_persistent_kernel(
     monkeypatch: pytest.MonkeyPatch,
