@@ -36,6 +36,27 @@ cpu::Strided<T> strided_step(const std::optional<at::Tensor>& t, int64_t step) {
       t->const_data_ptr<T>() + step * t->stride(0), t->stride(1), t->stride(2)};
 }
 
+// Step t of a [T, ...] buffer as one view, moved from step to step: a new
+// view per step would cost a dispatcher call and an allocation. The view is
+// the loop's own and never escapes it.
+class StepView {
+ public:
+  explicit StepView(const at::Tensor& buffer)
+      : view_(buffer.select(0, 0)),
+        first_(buffer.storage_offset()),
+        stride_(buffer.stride(0)) {}
+
+  at::Tensor& at(int64_t step) {
+    view_.unsafeGetTensorImpl()->set_storage_offset(first_ + step * stride_);
+    return view_;
+  }
+
+ private:
+  at::Tensor view_;
+  int64_t first_;
+  int64_t stride_;
+};
+
 template <typename T>
 void forward_loop(
     const Sizes& sizes,
@@ -59,11 +80,12 @@ void forward_loop(
   T* c_n = buffers.c_n.mutable_data_ptr<T>();
   const auto& k = cpu::best_kernels<T>();
   const int64_t grain = cpu::rows_per_task(S);
+  StepView z_view(buffers.gates);
+  StepView h_view(buffers.output);
   for (int64_t t = 0; t < steps; ++t) {
     T* z = gates + t * B * 3 * S;
     // The CPU kernel straight, past the dispatcher.
-    at::Tensor z_t = buffers.gates.select(0, t);
-    at::cpu::addmm_(z_t, t == 0 ? h0 : buffers.output.select(0, t - 1), w_h_t);
+    at::cpu::addmm_(z_view.at(t), t == 0 ? h0 : h_view.at(t - 1), w_h_t);
     cpu::ForwardArgs<T> args{};
     args.z = z;
     args.ld_z = 3 * S;
@@ -127,6 +149,7 @@ at::Tensor backward_loop(
   const T* cell = cells.const_data_ptr<T>();
   const auto& k = cpu::best_kernels<T>();
   const int64_t grain = cpu::rows_per_task(S);
+  StepView dz_view(d_gates);
   for (int64_t t = steps - 1; t >= 0; --t) {
     cpu::BackwardArgs<T> args{};
     args.grad_h = strided_step<T>(grad_output, t);
@@ -156,7 +179,7 @@ at::Tensor backward_loop(
       k.backward(args, begin, end);
     });
     if (t > 0) {
-      at::cpu::mm_out(recurrent, d_gates.select(0, t), w_h);
+      at::cpu::mm_out(recurrent, dz_view.at(t), w_h);
     }
   }
   return dc[0];
