@@ -197,17 +197,27 @@ def sanitize(session: nox.Session) -> None:
         "-Cbuild.verbose=false",
         ".[test]",
     )
-    libasan = str(
-        session.run("g++", "-print-file-name=libasan.so", silent=True, external=True)
-    ).strip()
-    if not Path(libasan).is_file():
-        session.error(f"g++ -print-file-name=libasan.so gave {libasan!r}: no libasan")
+    # libstdc++ too: ASan's __cxa_throw interceptor needs it loaded first, or
+    # the first C++ exception aborts ("real___cxa_throw != 0").
+    preload = []
+    for lib in ("libasan.so", "libstdc++.so"):
+        path = str(
+            session.run("g++", f"-print-file-name={lib}", silent=True, external=True)
+        ).strip()
+        if not Path(path).is_file():
+            session.error(f"g++ -print-file-name={lib} gave {path!r}: not found")
+        preload.append(path)
     env = {
-        "LD_PRELOAD": libasan,
+        "LD_PRELOAD": " ".join(preload),
         "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1:abort_on_error=1",
         "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
     }
-    session.run("python", "-c", "import lltm; print(lltm.build_info())", env=env)
+    instrumented = (
+        "import lltm, lltm._C as m, pathlib; "
+        "assert b'__asan_report' in pathlib.Path(m.__file__).read_bytes(), 'not instrumented'; "
+        "print(lltm.build_info())"
+    )
+    session.run("python", "-c", instrumented, env=env)
     session.chdir(ROOT / "tests")
     session.run(
         "python",
@@ -216,6 +226,9 @@ def sanitize(session: nox.Session) -> None:
         "-p",
         "no:cacheprovider",
         "-q",
+        # Not fd capture: a sanitizer report is written to fd 2 just before
+        # the process aborts, and would be lost with pytest's captured output.
+        "--capture=sys",
         "-k",
         SANITIZE_SKIP,
         *SANITIZE_TESTS,
