@@ -1,10 +1,10 @@
 """Every bad input through every entry point: the cases, and a runner for one entry point.
 
-``python bad_inputs.py ENTRY`` runs every case of ENTRY (a key of
-:data:`ENTRIES`) in this process and prints one JSON object: the number of
-cases tried and the problems found. tests/test_bad_inputs.py runs each entry
-point in its own subprocess, so that a crash fails one test rather than
-killing pytest.
+``python bad_inputs.py ENTRY...`` runs every case of each ENTRY (a key of
+:data:`ENTRIES`) in this process and prints one JSON line per entry: the
+number of cases tried and the problems found. tests/test_bad_inputs.py runs
+the entry points in a few subprocesses (the ops, the Python API, torch.compile),
+so that a crash fails those tests rather than killing pytest.
 
 Each case changes one argument of a valid call: its dtype, its number of
 dimensions, one of its sizes, its layout (sparse COO and CSR, MKL-DNN,
@@ -465,14 +465,15 @@ ENTRIES: dict[str, Callable[[], tuple[int, list[str]]]] = {
 }
 
 
-def main(entry: str) -> None:
+def main(entries: list[str]) -> None:
     warnings.simplefilter("ignore")  # the prototype warnings of sparse and nested tensors
     # FakeTensorMode logs each exception a fake kernel raises, with its traceback.
     logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
-    torch.manual_seed(0)
-    tried, problems = ENTRIES[entry]()
-    print(json.dumps({"entry": entry, "tried": tried, "problems": problems}))  # noqa: T201
+    for entry in entries:
+        torch.manual_seed(0)
+        tried, problems = ENTRIES[entry]()
+        print(json.dumps({"entry": entry, "tried": tried, "problems": problems}), flush=True)  # noqa: T201
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])
