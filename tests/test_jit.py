@@ -7,6 +7,7 @@ share one build directory: the first case builds, the others load the cache.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -222,6 +223,19 @@ def test_source_tree_without_a_build_says_how_to_install() -> None:
     assert "LLTM_BACKEND=jit" in result.stderr
 
 
+def test_package_version_without_distribution_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    def not_found(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_found)
+    assert lltm._package_version() == "0+unknown"
+
+
+@pytest.mark.skipif(
+    jit.source_dir() != ROOT,
+    reason="the installed lltm's JIT builds lltm/_csrc: building the checkout's sources "
+    "too would take minutes (the editable install shares one build)",
+)
 def test_source_tree_with_jit_imports_with_an_unknown_version(extensions_dir: Path) -> None:
     result = run(
         FROM_SOURCE_TREE, ROOT / "src", LLTM_BACKEND="jit", TORCH_EXTENSIONS_DIR=str(extensions_dir)
