@@ -4,6 +4,7 @@
     python3 -m nox -s tests       # build lltm against the CPU torch, run pytest
     python3 -m nox -s cuda_build  # build the CUDA variant (torch 2.14.1, nvcc), check it
     python3 -m nox -s dev         # .venv with an editable, auto-rebuilding install
+    python3 -m nox -s sanitize    # ASan + UBSan build (LLTM_SANITIZE=ON), the CPU tests under it
     python3 -m nox -s wheel       # sdist + wheel into dist/, checked with twine
 
 The prebuilt wheels (scripts/wheels.py does the work, the same in CI and here):
@@ -62,6 +63,7 @@ SHELL_SCRIPTS = [
     "scripts/gpu-check.sh",
     "scripts/gpu-sequence-check.sh",
     "scripts/gpu-all.sh",
+    "scripts/gpu-hardening.sh",
 ]
 CPP_SOURCES = sorted(str(p) for d in ("cpp", "cuda") for p in (ROOT / d).glob("*.[ch]*"))
 
@@ -178,6 +180,78 @@ def cuda_build(session: nox.Session) -> None:
         "LLTM_CUDA=1 asks for the CUDA kernels, but no CUDA compiler was found",
     )
     _pytest(session)
+
+
+# The tests the sanitize session runs, and the ones it leaves out: torch.compile
+# (Inductor's generated code is not lltm's, and is slow to build under ASan)
+# and the leak test (ASan's quarantine keeps freed memory resident on purpose).
+SANITIZE_TESTS = [
+    "test_ops.py",
+    "test_cell.py",
+    "test_sequence.py",
+    "test_errors.py",
+    "test_bad_inputs.py",
+    "test_properties.py",
+    "test_leaks_autocast.py",
+    "test_tutorial_api.py",
+]
+SANITIZE_SKIP = "not compile and not memory_stays_flat"
+
+
+@nox.session
+def sanitize(session: nox.Session) -> None:
+    """Build lltm with ASan and UBSan (LLTM_SANITIZE=ON) and run the CPU tests under them.
+
+    Python itself is not instrumented, so libasan is preloaded (it must come
+    first), and leak detection is off: the interpreter leaks by design. Any
+    ASan report or UBSan finding aborts the test process, so the session fails.
+    """
+    _install_build_env(session)
+    session.install(
+        "--no-build-isolation",
+        "-Ccmake.define.LLTM_SANITIZE=ON",
+        "-Cbuild.verbose=false",
+        ".[test]",
+    )
+    # libstdc++ too: ASan's __cxa_throw interceptor needs it loaded first, or
+    # the first C++ exception aborts ("real___cxa_throw != 0").
+    preload = []
+    for lib in ("libasan.so", "libstdc++.so"):
+        path = str(
+            session.run("g++", f"-print-file-name={lib}", silent=True, external=True)
+        ).strip()
+        if not Path(path).is_file():
+            session.error(f"g++ -print-file-name={lib} gave {path!r}: not found")
+        preload.append(path)
+    env = {
+        "LD_PRELOAD": " ".join(preload),
+        "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1:abort_on_error=1",
+        "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+    }
+    instrumented = (
+        "import lltm, lltm._C as m, pathlib; "
+        "assert b'__asan_report' in pathlib.Path(m.__file__).read_bytes(), 'not instrumented'; "
+        "print(lltm.build_info())"
+    )
+    session.run("python", "-c", instrumented, env=env)
+    session.chdir(ROOT / "tests")
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        # Not fd capture: a sanitizer report is written to fd 2 just before
+        # the process aborts, and would be lost with pytest's captured output.
+        "--capture=sys",
+        "-k",
+        SANITIZE_SKIP,
+        *SANITIZE_TESTS,
+        *session.posargs,
+        env=env,
+    )
+    session.chdir(ROOT)
 
 
 @nox.session(venv_backend="none")

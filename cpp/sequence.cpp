@@ -132,6 +132,7 @@ Sizes check_backward_args(
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   const int64_t F = sizes.input_features;
+  check_shape(op, h0_arg, {B, S}, kState);
   check_shape(op, weights_arg, {3 * S, S + F}, kWeights);
   for (const Arg& arg : {output_arg, cells_arg, grad_output_arg}) {
     if (arg.tensor.defined()) {

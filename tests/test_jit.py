@@ -7,6 +7,7 @@ share one build directory: the first case builds, the others load the cache.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -192,3 +193,56 @@ def test_package_data_holds_every_cmake_source() -> None:
     assert files == _cmake_sources()
     for name in files:
         assert (shipped / name).read_bytes() == (ROOT / name).read_bytes(), name
+
+
+# lltm imported from the checkout's src/ as if it were not installed: no
+# editable-install finder, no distribution metadata, no built _build_info.
+FROM_SOURCE_TREE = """
+import importlib.metadata as metadata, sys
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in type(f).__module__]
+sys.path.insert(0, sys.argv[1])
+real_version = metadata.version
+def version(name):
+    if name == "lltm":
+        raise metadata.PackageNotFoundError(name)
+    return real_version(name)
+metadata.version = version
+import lltm
+print("FROM", lltm.__file__)
+print("VERSION", lltm.__version__)
+print("BUILD_INFO", __import__("json").dumps(lltm.build_info()))
+"""
+
+
+def test_source_tree_without_a_build_says_how_to_install() -> None:
+    result = run(FROM_SOURCE_TREE, ROOT / "src", LLTM_BACKEND="auto")
+    assert result.returncode != 0
+    assert "PackageNotFoundError" not in result.stderr
+    assert "ImportError: lltm's compiled module is missing" in result.stderr
+    assert "pip install --no-build-isolation -e ." in result.stderr
+    assert "LLTM_BACKEND=jit" in result.stderr
+
+
+def test_package_version_without_distribution_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    def not_found(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_found)
+    assert lltm._package_version() == "0+unknown"
+
+
+@pytest.mark.skipif(
+    jit.source_dir() != ROOT,
+    reason="the installed lltm's JIT builds lltm/_csrc: building the checkout's sources "
+    "too would take minutes (the editable install shares one build)",
+)
+def test_source_tree_with_jit_imports_with_an_unknown_version(extensions_dir: Path) -> None:
+    result = run(
+        FROM_SOURCE_TREE, ROOT / "src", LLTM_BACKEND="jit", TORCH_EXTENSIONS_DIR=str(extensions_dir)
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"FROM {ROOT / 'src' / 'lltm' / '__init__.py'}" in result.stdout
+    assert "VERSION 0+unknown" in result.stdout
+    info = build_info_of(result)
+    assert info["backend"] == "jit"
+    assert info["version"] == "0+unknown"

@@ -25,7 +25,20 @@ from .layer import LLTMLayer
 from .module import LLTM
 from .ops import lltm, lltm_sequence
 
-__version__: str = importlib.metadata.version("lltm")
+
+def _package_version() -> str:
+    """The installed version of lltm, or ``0+unknown`` when run from a source tree.
+
+    ``PYTHONPATH=src`` with ``LLTM_BACKEND=jit`` imports lltm without
+    installing it, so there is no distribution metadata to read.
+    """
+    try:
+        return importlib.metadata.version("lltm")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+__version__: str = _package_version()
 
 __all__ = [
     "LLTM",

@@ -50,6 +50,8 @@ CPU_SOURCES = (
     "cpp/lltm_cpu.cpp",
     "cpp/sequence.cpp",
     "cpp/sequence_cpu.cpp",
+    "cpp/autocast.cpp",
+    "cpp/layouts.cpp",
 )
 CUDA_SOURCES = (
     "cpp/lltm_cuda.cpp",

@@ -113,6 +113,9 @@ class LLTMLayer(nn.Module):
         hx: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """Run every layer over the sequence: ``(output, (h_n, c_n))``."""
+        if not isinstance(input, Tensor):
+            msg = f"LLTMLayer: expected input to be a tensor, but got {type(input).__name__}"
+            raise TypeError(msg)
         if input.dim() not in (2, 3):
             msg = (
                 "LLTMLayer: expected input to be a 3-D tensor "
@@ -145,6 +148,9 @@ class LLTMLayer(nn.Module):
                 msg = "LLTMLayer: expected the state to be a tuple (h0, c0)"
                 raise TypeError(msg)
             for name, t in zip(("h0", "c0"), hx, strict=True):
+                if not isinstance(t, Tensor):
+                    msg = f"LLTMLayer: expected {name} to be a tensor, but got {type(t).__name__}"
+                    raise TypeError(msg)
                 if list(t.shape) != want:
                     layout = (
                         "[num_layers, state_size]"

@@ -84,22 +84,131 @@ _sequence = torch.ops.lltm.sequence.default
 
 
 # --- fake kernels -------------------------------------------------------------------------
+#
+# The checks below mirror the C++ check helpers (cpp/lltm.cpp, cpp/sequence.cpp)
+# and cpp/layouts.cpp's rejection of non-strided tensors: the same order, the
+# same exception types (torch._check_type raises TypeError, _check_value
+# ValueError, _check RuntimeError) and the same words, so that meta tensors,
+# FakeTensorMode and torch.compile report a mistake as the kernels do.
+# tests/test_bad_inputs.py compares the two for every case.
+
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
-def _check_same(op: str, tensors: dict[str, Tensor]) -> None:
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _shape_str(sizes: object) -> str:
+    return "[" + ", ".join(str(s) for s in sizes) + "]"  # type: ignore[attr-defined]
+
+
+def _check_layouts(
+    op: str, tensors: dict[str, Tensor | None], optional: tuple[str, ...] = ()
+) -> None:
+    """Tensors where the schema says so, then cpp/layouts.cpp: each one strided, not nested.
+
+    The dispatcher checks the argument types before any kernel runs, but
+    torch.compile calls the fake kernel with whatever it traced: the words
+    are the dispatcher's.
+    """
+    for name, t in tensors.items():
+        if t is None and name in optional:
+            continue
+        if t is None:  # the dispatcher passes it on as an undefined tensor
+            msg = f"{op}: expected {name} to be a tensor, but got an undefined tensor"
+            raise RuntimeError(msg)
+        if not isinstance(t, Tensor):
+            msg = (
+                f"{op}() Expected a value of type 'Tensor' for argument '{name}' but "
+                f"instead found type '{type(t).__name__}'."
+            )
+            raise RuntimeError(msg)  # noqa: TRY004 - the dispatcher's type
+        torch._check_type(
+            not t.is_nested,
+            lambda name=name: (
+                f"{op}: expected {name} to be a strided tensor, but got a nested tensor"
+            ),
+        )
+        torch._check_type(
+            t.layout == torch.strided,
+            lambda name=name, t=t: (
+                f"{op}: expected {name} to be a strided tensor, but got a tensor of layout "
+                f"{t.layout}"
+            ),
+        )
+
+
+def _check_dtypes_and_devices(op: str, tensors: dict[str, Tensor]) -> None:
+    """checks::check_dtypes_and_devices."""
     first_name, first = next(iter(tensors.items()))
     for name, t in tensors.items():
-        torch._check(
-            t.dim() == 2 or name == "bias", lambda name=name: f"{op}: expected {name} to be 2-D"
+        torch._check_type(
+            t.dtype in _DTYPES,
+            lambda name=name, t=t: (
+                f"{op}: expected {name} to have a floating-point dtype (float16, bfloat16, "
+                f"float32 or float64), but got {_dtype_name(t.dtype)}"
+            ),
         )
-        torch._check(
+        torch._check_type(
             t.dtype == first.dtype,
-            lambda name=name: f"{op}: expected {name} to have the same dtype as {first_name}",
+            lambda name=name, t=t: (
+                f"{op}: expected {name} to have the same dtype as {first_name} "
+                f"({_dtype_name(first.dtype)}), but got {_dtype_name(t.dtype)}"
+            ),
         )
         torch._check(
             t.device == first.device,
-            lambda name=name: f"{op}: expected {name} to be on the same device as {first_name}",
+            lambda name=name, t=t: (
+                f"{op}: expected {name} to be on the same device as {first_name} "
+                f"({first.device}), but got {t.device}"
+            ),
         )
+
+
+def _check_dim(op: str, name: str, t: Tensor, dim: int, layout: str) -> None:
+    """checks::check_dim."""
+    torch._check_value(
+        t.dim() == dim,
+        lambda: (
+            f"{op}: expected {name} to be a {dim}-D tensor {layout}, but got a {t.dim()}-D "
+            f"tensor of shape {_shape_str(t.shape)}"
+        ),
+    )
+
+
+def _check_shape(op: str, name: str, t: Tensor, expected: tuple[int, ...], layout: str) -> None:
+    """checks::check_shape."""
+    torch._check_value(
+        tuple(t.shape) == tuple(expected),
+        lambda: (
+            f"{op}: expected {name} to have shape {layout} = {_shape_str(expected)}, "
+            f"but got {_shape_str(t.shape)}"
+        ),
+    )
+
+
+def _check_bias(op: str, bias: Tensor, state: int) -> None:
+    """checks::check_bias."""
+    g = 3 * state
+    torch._check_value(
+        (bias.dim() == 1 and bias.shape[0] == g)
+        or (bias.dim() == 2 and bias.shape[0] == 1 and bias.shape[1] == g),
+        lambda: (
+            f"{op}: expected bias to have shape [3 * state_size] = {_shape_str([g])} or "
+            f"[1, 3 * state_size] = {_shape_str([1, g])}, but got {_shape_str(bias.shape)}"
+        ),
+    )
+
+
+_BATCH_FEATURES = "[batch, input_features]"
+_STATE = "[batch, state_size]"
+_X = "[batch, state_size + input_features]"
+_CELL_GATES = "[batch, 3 * state_size]"
+_WEIGHTS = "[3 * state_size, state_size + input_features]"
+_STEPS = "[steps, batch, input_features]"
+_STATES = "[steps, batch, state_size]"
+_GATES = "[steps, batch, 3 * state_size]"
 
 
 def _check_forward(
@@ -110,24 +219,26 @@ def _check_forward(
     old_h: Tensor,
     old_cell: Tensor,
 ) -> tuple[int, int, int]:
-    _check_same(
-        op,
-        {"input": input, "weights": weights, "bias": bias, "old_h": old_h, "old_cell": old_cell},
-    )
+    """lltm::check_forward_args."""
+    tensors = {
+        "input": input,
+        "weights": weights,
+        "bias": bias,
+        "old_h": old_h,
+        "old_cell": old_cell,
+    }
+    _check_layouts(op, tensors)
+    _check_dtypes_and_devices(op, tensors)
+    _check_dim(op, "input", input, 2, _BATCH_FEATURES)
+    _check_dim(op, "old_h", old_h, 2, _STATE)
+    _check_dim(op, "old_cell", old_cell, 2, _STATE)
+    _check_dim(op, "weights", weights, 2, _WEIGHTS)
     batch, features = input.shape
     state = old_h.shape[1]
-    torch._check(old_h.shape[0] == batch, lambda: f"{op}: expected old_h to have batch rows")
-    torch._check(old_cell.shape == old_h.shape, lambda: f"{op}: expected old_cell to match old_h")
-    torch._check(
-        weights.shape == (3 * state, state + features),
-        lambda: (
-            f"{op}: expected weights to have shape [3 * state_size, state_size + input_features]"
-        ),
-    )
-    torch._check(
-        bias.numel() == 3 * state and bias.dim() in (1, 2),
-        lambda: f"{op}: expected bias to have shape [3 * state_size] or [1, 3 * state_size]",
-    )
+    _check_shape(op, "old_h", old_h, (batch, state), _STATE)
+    _check_shape(op, "old_cell", old_cell, (batch, state), _STATE)
+    _check_shape(op, "weights", weights, (3 * state, state + features), _WEIGHTS)
+    _check_bias(op, bias, state)
     return batch, features, state
 
 
@@ -199,23 +310,29 @@ def _backward_fake(
         "output_gate": output_gate,
         "candidate_cell": candidate_cell,
     }
-    _check_same(op, {**state_args, "X": X, "gate_weights": gate_weights, "weights": weights})
+    tensors = {**state_args, "X": X, "gate_weights": gate_weights, "weights": weights}
+    _check_layouts(op, tensors)
+    _check_dtypes_and_devices(op, tensors)
+    for name, t in state_args.items():
+        _check_dim(op, name, t, 2, _STATE)
+    _check_dim(op, "X", X, 2, _X)
+    _check_dim(op, "gate_weights", gate_weights, 2, _CELL_GATES)
+    _check_dim(op, "weights", weights, 2, _WEIGHTS)
     batch, state = grad_h.shape
     features = X.shape[1] - state
-    for name, t in state_args.items():
-        torch._check(
-            t.shape == grad_h.shape, lambda name=name: f"{op}: expected {name} to match grad_h"
-        )
-    torch._check(
-        gate_weights.shape == (batch, 3 * state),
-        lambda: f"{op}: expected gate_weights to have shape [batch, 3 * state_size]",
-    )
-    torch._check(
-        weights.shape == (3 * state, state + features),
+    torch._check_value(
+        features >= 0,
         lambda: (
-            f"{op}: expected weights to have shape [3 * state_size, state_size + input_features]"
+            f"{op}: expected X to have shape {_X} with at least state_size = {state} "
+            f"columns, but got {_shape_str(X.shape)}"
         ),
     )
+    for name, t in state_args.items():
+        if name != "grad_h":
+            _check_shape(op, name, t, (batch, state), _STATE)
+    _check_shape(op, "X", X, (batch, state + features), _X)
+    _check_shape(op, "gate_weights", gate_weights, (batch, 3 * state), _CELL_GATES)
+    _check_shape(op, "weights", weights, (3 * state, state + features), _WEIGHTS)
     return (
         grad_h.new_empty((batch, state)),
         grad_h.new_empty((batch, features)),
@@ -236,24 +353,45 @@ def _cell_backward_fake(
     output_mask: list[bool],
 ) -> tuple[Tensor | None, ...]:
     op = "lltm::cell_backward"
-    tensors = {"new_cell": new_cell, "gates": gates, "weights": weights}
-    for name, t in (("grad_h", grad_h), ("grad_cell", grad_cell), ("X", X)):
+    optional = {"grad_h": grad_h, "grad_cell": grad_cell, "X": X}
+    _check_layouts(
+        op,
+        {"grad_h": grad_h, "grad_cell": grad_cell, "new_cell": new_cell, "gates": gates, "X": X}
+        | {"weights": weights},
+        optional=tuple(optional),
+    )
+    _check_dtypes_and_devices(op, {"new_cell": new_cell, "gates": gates, "weights": weights})
+    for name, t in optional.items():
         if t is not None:
-            tensors[name] = t
-    _check_same(op, tensors)
-    batch, state = new_cell.shape
-    features = weights.shape[1] - state
-    torch._check(
+            _check_dtypes_and_devices(op, {"new_cell": new_cell, name: t})
+    torch._check_value(
         not output_mask[1] or X is not None,
         lambda: (
             f"{op}: expected X = [old_h | input] to be a tensor when the weights need a "
             "gradient (output_mask[1]), but got None"
         ),
     )
-    torch._check(
-        gates.shape == (batch, 3 * state),
-        lambda: f"{op}: expected gates to have shape [batch, 3 * state_size]",
+    _check_dim(op, "new_cell", new_cell, 2, _STATE)
+    _check_dim(op, "gates", gates, 2, _CELL_GATES)
+    _check_dim(op, "weights", weights, 2, _WEIGHTS)
+    batch, state = new_cell.shape
+    features = weights.shape[1] - state
+    torch._check_value(
+        weights.shape[0] == 3 * state and features >= 0,
+        lambda: (
+            f"{op}: expected weights to have shape {_WEIGHTS} with 3 * state_size = "
+            f"{3 * state} rows and at least state_size = {state} columns, but got "
+            f"{_shape_str(weights.shape)}"
+        ),
     )
+    for name, t in (("grad_h", grad_h), ("grad_cell", grad_cell)):
+        if t is not None:
+            _check_dim(op, name, t, 2, _STATE)
+            _check_shape(op, name, t, (batch, state), _STATE)
+    _check_shape(op, "gates", gates, (batch, 3 * state), _CELL_GATES)
+    if X is not None:
+        _check_dim(op, "X", X, 2, _X)
+        _check_shape(op, "X", X, (batch, state + features), _X)
     shapes = [
         (batch, features),
         (3 * state, state + features),
@@ -270,30 +408,6 @@ def _cell_backward_fake(
 # --- fake kernels of the sequence ops ---------------------------------------------------
 
 
-def _check_sequence_same(op: str, tensors: dict[str, Tensor]) -> None:
-    first_name, first = next(iter(tensors.items()))
-    for name, t in tensors.items():
-        torch._check(
-            t.dtype == first.dtype,
-            lambda name=name: f"{op}: expected {name} to have the same dtype as {first_name}",
-        )
-        torch._check(
-            t.device == first.device,
-            lambda name=name: f"{op}: expected {name} to be on the same device as {first_name}",
-        )
-
-
-def _check_dim(op: str, name: str, t: Tensor, dim: int, layout: str) -> None:
-    torch._check(t.dim() == dim, lambda: f"{op}: expected {name} to be a {dim}-D tensor {layout}")
-
-
-_STEPS = "[steps, batch, input_features]"
-_STATE = "[batch, state_size]"
-_STATES = "[steps, batch, state_size]"
-_GATES = "[steps, batch, 3 * state_size]"
-_WEIGHTS = "[3 * state_size, state_size + input_features]"
-
-
 def _check_sequence_forward(
     op: str,
     input: Tensor,  # noqa: A002
@@ -302,26 +416,20 @@ def _check_sequence_forward(
     h0: Tensor,
     c0: Tensor,
 ) -> tuple[int, int, int, int]:
-    _check_sequence_same(op, {"input": input, "weights": weights, "bias": bias, "h0": h0, "c0": c0})
+    """lltm::sequence::check_forward_args."""
+    tensors = {"input": input, "weights": weights, "bias": bias, "h0": h0, "c0": c0}
+    _check_layouts(op, tensors)
+    _check_dtypes_and_devices(op, tensors)
     _check_dim(op, "input", input, 3, _STEPS)
     _check_dim(op, "h0", h0, 2, _STATE)
     _check_dim(op, "c0", c0, 2, _STATE)
     _check_dim(op, "weights", weights, 2, _WEIGHTS)
     steps, batch, features = input.shape
     state = h0.shape[1]
-    for name, t in (("h0", h0), ("c0", c0)):
-        torch._check(
-            t.shape == (batch, state),
-            lambda name=name: f"{op}: expected {name} to have shape {_STATE}",
-        )
-    torch._check(
-        weights.shape == (3 * state, state + features),
-        lambda: f"{op}: expected weights to have shape {_WEIGHTS}",
-    )
-    torch._check(
-        bias.numel() == 3 * state and bias.dim() in (1, 2),
-        lambda: f"{op}: expected bias to have shape [3 * state_size] or [1, 3 * state_size]",
-    )
+    _check_shape(op, "h0", h0, (batch, state), _STATE)
+    _check_shape(op, "c0", c0, (batch, state), _STATE)
+    _check_shape(op, "weights", weights, (3 * state, state + features), _WEIGHTS)
+    _check_bias(op, bias, state)
     return steps, batch, features, state
 
 
@@ -384,32 +492,34 @@ def _sequence_backward_fake(
         "gates": gates,
     }
     grads = {"grad_output": grad_output, "grad_h_n": grad_h_n, "grad_c_n": grad_c_n}
-    _check_sequence_same(op, {**tensors, **{k: v for k, v in grads.items() if v is not None}})
+    _check_layouts(op, {**grads, **tensors}, optional=tuple(grads))
+    _check_dtypes_and_devices(op, tensors)
+    for name, t in grads.items():
+        if t is not None:
+            _check_dtypes_and_devices(op, {"input": input, name: t})
     _check_dim(op, "input", input, 3, _STEPS)
     _check_dim(op, "h0", h0, 2, _STATE)
     _check_dim(op, "weights", weights, 2, _WEIGHTS)
+    three_d = (("output", output), ("cells", cells), ("grad_output", grad_output))
+    for name, t in three_d:
+        if t is not None:
+            _check_dim(op, name, t, 3, _STATES)
+    _check_dim(op, "gates", gates, 3, _GATES)
+    two_d = (("grad_h_n", grad_h_n), ("grad_c_n", grad_c_n))
+    for name, t in two_d:
+        if t is not None:
+            _check_dim(op, name, t, 2, _STATE)
     steps, batch, features = input.shape
     state = h0.shape[1]
-    torch._check(
-        weights.shape == (3 * state, state + features),
-        lambda: f"{op}: expected weights to have shape {_WEIGHTS}",
-    )
-    for name, t in (("output", output), ("cells", cells), ("grad_output", grad_output)):
+    _check_shape(op, "h0", h0, (batch, state), _STATE)
+    _check_shape(op, "weights", weights, (3 * state, state + features), _WEIGHTS)
+    for name, t in three_d:
         if t is not None:
-            torch._check(
-                t.shape == (steps, batch, state),
-                lambda name=name: f"{op}: expected {name} to have shape {_STATES}",
-            )
-    torch._check(
-        gates.shape == (steps, batch, 3 * state),
-        lambda: f"{op}: expected gates to have shape {_GATES}",
-    )
-    for name, t in (("grad_h_n", grad_h_n), ("grad_c_n", grad_c_n)):
+            _check_shape(op, name, t, (steps, batch, state), _STATES)
+    _check_shape(op, "gates", gates, (steps, batch, 3 * state), _GATES)
+    for name, t in two_d:
         if t is not None:
-            torch._check(
-                t.shape == (batch, state),
-                lambda name=name: f"{op}: expected {name} to have shape {_STATE}",
-            )
+            _check_shape(op, name, t, (batch, state), _STATE)
     shapes = [
         (steps, batch, features),
         (3 * state, state + features),
