@@ -44,7 +44,6 @@ step() {
   return $rc
 }
 wants() { [[ " $steps " == *" $1 "* ]]; }
-pytest_q() { "$py" -m pytest -p no:cacheprovider -q -rs "$@"; }
 
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
@@ -60,10 +59,10 @@ if wants properties; then
     "$py" -m pytest -p no:cacheprovider -q -rs -m cuda --hypothesis-show-statistics tests/test_properties.py
 fi
 if wants leaks; then
-  step "leaks+autocast" leaks.log timeout 120 pytest_q -s -m cuda tests/test_leaks_autocast.py
+  step "leaks+autocast" leaks.log timeout 120 "$py" -m pytest -p no:cacheprovider -q -rs -s -m cuda tests/test_leaks_autocast.py
 fi
 if wants large; then
-  LLTM_TEST_LARGE=1 step large large.log timeout 120 pytest_q -s tests/test_large.py tests/test_cuda.py -k "2_31 or 64bit"
+  LLTM_TEST_LARGE=1 step large large.log timeout 120 "$py" -m pytest -p no:cacheprovider -q -rs -s tests/test_large.py tests/test_cuda.py -k "2_31 or 64bit"
 fi
 if wants sanitizer; then
   # The caching allocator hides out-of-bounds accesses inside its slabs; CUDA
