@@ -146,8 +146,7 @@ const StepLoops& cuda_steps() {
   return loops;
 }
 
-// --- the fused path: one launch per step and direction
-// ------------------------
+// --- the fused path: one launch per step and direction --------------------
 
 // The forward's steps over buffers from prepare_forward (T > 0). The loop
 // makes no ATen call: a step costs the host one kernel launch.
