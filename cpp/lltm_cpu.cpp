@@ -13,6 +13,8 @@
 //   backward       the tutorial's: pointwise, then 3 GEMMs
 //
 // The bias is added in the pointwise pass, and its gradient summed there.
+#include "lltm_cpu.h"
+#include "cell_backend.h"
 #include "lltm.h"
 #include "lltm_cpu_kernel.h"
 
@@ -127,32 +129,7 @@ at::Tensor run_backward(
   return d_bias;
 }
 
-template <typename T>
-cpu::Strided<T> strided(const std::optional<at::Tensor>& t) {
-  if (!t) {
-    return {nullptr, 0, 0};
-  }
-  return {t->const_data_ptr<T>(), t->stride(0), t->stride(1)};
-}
-
-// The pointwise forward over Z (pre-activations without the bias), writing
-// new_h and new_cell, and the activations i, o, g where given.
-struct ForwardTensors {
-  const at::Tensor& z;
-  const at::Tensor& bias;
-  const at::Tensor& old_cell;
-  at::Tensor& new_h;
-  at::Tensor& new_cell;
-  // The activations: three [batch, state] tensors, or all three packed as
-  // [i | o | g] in input_gate ([batch, 3 * state]) with the others nullptr.
-  // Raw offsets rather than views: a view costs a dispatcher call.
-  const at::Tensor* input_gate = nullptr;
-  const at::Tensor* output_gate = nullptr;
-  const at::Tensor* candidate_cell = nullptr;
-  bool write_z_with_bias = false;
-};
-
-void pointwise_forward(const ForwardTensors& t) {
+void pointwise_forward(const backend::ForwardTensors& t) {
   const int64_t B = t.new_h.size(0);
   const int64_t S = t.new_h.size(1);
   const at::Tensor bias = t.bias.contiguous();
@@ -254,90 +231,38 @@ CellForwardResult cell_forward_cpu(
   return {new_h, new_cell, gates, X};
 }
 
-// The pointwise backward: dZ into d_gates, dc into d_old_cell if defined,
-// and d_bias when asked for. The activations are three dense [batch, state]
-// tensors, or packed as [i | o | g] in input_gate with the others nullptr.
-at::Tensor pointwise_backward(
-    const std::optional<at::Tensor>& grad_h,
-    const std::optional<at::Tensor>& grad_cell,
-    const at::Tensor& new_cell,
-    const at::Tensor& input_gate,
-    const at::Tensor* output_gate,
-    const at::Tensor* candidate_cell,
-    at::Tensor& d_gates,
-    at::Tensor* d_old_cell,
-    bool want_bias) {
-  const int64_t B = new_cell.size(0);
-  const int64_t S = new_cell.size(1);
-  const at::Tensor new_cell_c = new_cell.contiguous();
+// The pointwise backward (cell_backend.h).
+at::Tensor pointwise_backward(const backend::BackwardTensors& t) {
+  const int64_t B = t.new_cell.size(0);
+  const int64_t S = t.new_cell.size(1);
+  const at::Tensor new_cell_c = t.new_cell.contiguous();
   at::Tensor d_bias;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf,
       at::kBFloat16,
-      new_cell.scalar_type(),
+      t.new_cell.scalar_type(),
       "lltm_backward_cpu",
       [&] {
         cpu::BackwardArgs<scalar_t> args{};
-        args.grad_h = strided<scalar_t>(grad_h);
-        args.grad_cell = strided<scalar_t>(grad_cell);
+        args.grad_h = cpu::strided<scalar_t>(t.grad_h);
+        args.grad_cell = cpu::strided<scalar_t>(t.grad_cell);
         args.new_cell = new_cell_c.const_data_ptr<scalar_t>();
-        args.input_gate = input_gate.const_data_ptr<scalar_t>();
-        args.output_gate = output_gate != nullptr
-            ? output_gate->const_data_ptr<scalar_t>()
+        args.input_gate = t.input_gate.const_data_ptr<scalar_t>();
+        args.output_gate = t.output_gate != nullptr
+            ? t.output_gate->const_data_ptr<scalar_t>()
             : args.input_gate + S;
-        args.candidate_cell = candidate_cell != nullptr
-            ? candidate_cell->const_data_ptr<scalar_t>()
+        args.candidate_cell = t.candidate_cell != nullptr
+            ? t.candidate_cell->const_data_ptr<scalar_t>()
             : args.input_gate + 2 * S;
-        args.ld_act = input_gate.stride(0);
-        args.d_gates = d_gates.mutable_data_ptr<scalar_t>();
-        args.d_old_cell = d_old_cell != nullptr
-            ? d_old_cell->mutable_data_ptr<scalar_t>()
+        args.ld_act = t.input_gate.stride(0);
+        args.d_gates = t.d_gates.mutable_data_ptr<scalar_t>();
+        args.d_old_cell = t.d_old_cell != nullptr
+            ? t.d_old_cell->mutable_data_ptr<scalar_t>()
             : nullptr;
         args.state = S;
-        d_bias = run_backward(args, B, want_bias, new_cell.options());
+        d_bias = run_backward(args, B, t.want_bias, t.new_cell.options());
       });
   return d_bias;
-}
-
-CellBackwardResult cell_backward_cpu(
-    const std::optional<at::Tensor>& grad_h,
-    const std::optional<at::Tensor>& grad_cell,
-    const at::Tensor& new_cell,
-    const at::Tensor& gates,
-    const std::optional<at::Tensor>& X,
-    const at::Tensor& weights,
-    OutputMask mask) {
-  const Sizes sizes = check_cell_backward_args(
-      grad_h, grad_cell, new_cell, gates, X, weights, mask);
-  const int64_t B = sizes.batch;
-  const int64_t S = sizes.state_size;
-  const auto options = new_cell.options();
-  // The activations are read through one row stride.
-  const at::Tensor gates_c = gates.contiguous();
-  at::Tensor d_gates = at::empty({B, 3 * S}, options);
-  CellBackwardResult result;
-  at::Tensor d_old_cell;
-  if (mask[4]) {
-    d_old_cell = at::empty({B, S}, options);
-  }
-  at::Tensor d_bias = pointwise_backward(
-      grad_h,
-      grad_cell,
-      new_cell,
-      gates_c,
-      nullptr,
-      nullptr,
-      d_gates,
-      mask[4] ? &d_old_cell : nullptr,
-      mask[2]);
-  if (mask[2]) {
-    std::get<2>(result) = std::move(d_bias);
-  }
-  if (mask[4]) {
-    std::get<4>(result) = std::move(d_old_cell);
-  }
-  gemms_backward(d_gates, X, weights, mask, result);
-  return result;
 }
 
 ForwardResult forward_cpu(
@@ -353,81 +278,25 @@ ForwardResult forward_cpu(
   at::Tensor X = at::cat({old_h, input}, /*dim=*/1);
   at::Tensor gate_weights = at::empty({B, 3 * S}, options);
   gate_preactivations(gate_weights, input, weights, old_h, X);
-  at::Tensor new_h = at::empty({B, S}, options);
-  at::Tensor new_cell = at::empty({B, S}, options);
-  at::Tensor input_gate = at::empty({B, S}, options);
-  at::Tensor output_gate = at::empty({B, S}, options);
-  at::Tensor candidate_cell = at::empty({B, S}, options);
-  ForwardTensors t{gate_weights, bias, old_cell, new_h, new_cell};
-  t.input_gate = &input_gate;
-  t.output_gate = &output_gate;
-  t.candidate_cell = &candidate_cell;
-  t.write_z_with_bias = true;
-  pointwise_forward(t);
-  return {
-      new_h,
-      new_cell,
-      input_gate,
-      output_gate,
-      candidate_cell,
-      X,
-      gate_weights};
+  backend::TutorialOutputs outputs(B, S, options);
+  pointwise_forward(outputs.over(gate_weights, bias, old_cell));
+  return std::move(outputs).result(X, gate_weights);
 }
 
-BackwardResult backward_cpu(
-    const at::Tensor& grad_h,
-    const at::Tensor& grad_cell,
-    const at::Tensor& new_cell,
-    const at::Tensor& input_gate,
-    const at::Tensor& output_gate,
-    const at::Tensor& candidate_cell,
-    const at::Tensor& X,
-    const at::Tensor& gate_weights,
-    const at::Tensor& weights) {
-  const Sizes sizes = check_backward_args(
-      grad_h,
-      grad_cell,
-      new_cell,
-      input_gate,
-      output_gate,
-      candidate_cell,
-      X,
-      gate_weights,
-      weights);
-  const int64_t B = sizes.batch;
-  const int64_t S = sizes.state_size;
-  const auto options = grad_h.options();
-  at::Tensor d_gates = at::empty({B, 3 * S}, options);
-  at::Tensor d_old_cell = at::empty({B, S}, options);
-  const at::Tensor output_c = output_gate.contiguous();
-  const at::Tensor candidate_c = candidate_cell.contiguous();
-  at::Tensor d_bias = pointwise_backward(
-      grad_h,
-      grad_cell,
-      new_cell,
-      input_gate.contiguous(),
-      &output_c,
-      &candidate_c,
-      d_gates,
-      &d_old_cell,
-      /*want_bias=*/true);
-  CellBackwardResult gemms;
-  gemms_backward(d_gates, X, weights, {true, true, false, true, false}, gemms);
-  return {
-      *std::get<3>(gemms),
-      *std::get<0>(gemms),
-      *std::get<1>(gemms),
-      d_bias.reshape({1, 3 * S}),
-      d_old_cell};
-}
+// The backward ops' steps on the CPU (cell_backend.h).
+struct Cpu {
+  using Guard = backend::NoGuard;
+  static constexpr auto pointwise_backward = &lltm::pointwise_backward;
+  static constexpr auto gemms_backward = &lltm::gemms_backward;
+};
 
 } // namespace
 } // namespace lltm
 
 TORCH_LIBRARY_IMPL(lltm, CPU, m) {
   m.impl("forward", &lltm::forward_cpu);
-  m.impl("backward", &lltm::backward_cpu);
+  m.impl("backward", &lltm::backend::backward<lltm::Cpu>);
   m.impl("cell", &lltm::cell_cpu);
   m.impl("cell_forward", &lltm::cell_forward_cpu);
-  m.impl("cell_backward", &lltm::cell_backward_cpu);
+  m.impl("cell_backward", &lltm::backend::cell_backward<lltm::Cpu>);
 }

@@ -19,6 +19,7 @@
 //
 // Each call validates its inputs with the shared checks, sets the device,
 // and launches on the current stream of the inputs' device.
+#include "cell_backend.h"
 #include "lltm.h"
 
 #include "../cuda/lltm_kernel.h"
@@ -45,29 +46,10 @@ namespace {
 using cuda::in;
 using cuda::kernel_t;
 using cuda::out;
+using cuda::out_or_null;
 using cuda::strided;
 
-template <typename scalar_t>
-kernel_t<scalar_t>* out_or_null(const at::Tensor* t) {
-  return t != nullptr ? out<scalar_t>(*t) : nullptr;
-}
-
-// The pointwise forward over Z (pre-activations without the bias), writing
-// new_h and new_cell, and the activations i, o, g where given.
-struct ForwardTensors {
-  const at::Tensor& z;
-  const at::Tensor& bias;
-  const at::Tensor& old_cell;
-  at::Tensor& new_h;
-  at::Tensor& new_cell;
-  // The activations: three [batch, state] tensors, or all three packed as
-  // [i | o | g] in input_gate ([batch, 3 * state]) with the others nullptr.
-  // Raw offsets rather than views: a view costs microseconds of host time.
-  const at::Tensor* input_gate = nullptr;
-  const at::Tensor* output_gate = nullptr;
-  const at::Tensor* candidate_cell = nullptr;
-  bool write_z_with_bias = false;
-};
+using backend::ForwardTensors;
 
 template <typename scalar_t>
 cuda::ForwardArgs<kernel_t<scalar_t>> forward_args(
@@ -186,56 +168,45 @@ void gemms_backward(
   }
 }
 
-// The pointwise backward: dZ into d_gates, dc into d_old_cell when given,
-// and d_bias ([3 * state]) when asked for. The activations are three dense
-// [batch, state] tensors, or packed as [i | o | g] in input_gate with
-// output_gate and candidate_cell nullptr.
-at::Tensor pointwise_backward(
-    const std::optional<at::Tensor>& grad_h,
-    const std::optional<at::Tensor>& grad_cell,
-    const at::Tensor& new_cell,
-    const at::Tensor& input_gate,
-    const at::Tensor* output_gate,
-    const at::Tensor* candidate_cell,
-    at::Tensor& d_gates,
-    const at::Tensor* d_old_cell,
-    bool want_bias) {
-  const at::Tensor new_cell_c = new_cell.contiguous();
+// The pointwise backward (cell_backend.h).
+at::Tensor pointwise_backward(const backend::BackwardTensors& t) {
+  const at::Tensor new_cell_c = t.new_cell.contiguous();
   at::Tensor d_bias;
-  if (want_bias) {
-    d_bias = at::empty({3 * new_cell.size(1)}, new_cell.options());
+  if (t.want_bias) {
+    d_bias = at::empty({3 * t.new_cell.size(1)}, t.new_cell.options());
   }
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf,
       at::kBFloat16,
-      new_cell.scalar_type(),
+      t.new_cell.scalar_type(),
       "lltm_backward_cuda",
       [&] {
         cuda::BackwardArgs<kernel_t<scalar_t>> args{};
-        args.grad_h = strided<scalar_t>(grad_h);
-        args.grad_cell = strided<scalar_t>(grad_cell);
+        args.grad_h = strided<scalar_t>(t.grad_h);
+        args.grad_cell = strided<scalar_t>(t.grad_cell);
         args.new_cell = in<scalar_t>(new_cell_c);
-        const int64_t S = new_cell.size(1);
-        args.input_gate = in<scalar_t>(input_gate);
-        args.output_gate = output_gate != nullptr ? in<scalar_t>(*output_gate)
-                                                  : args.input_gate + S;
-        args.candidate_cell = candidate_cell != nullptr
-            ? in<scalar_t>(*candidate_cell)
+        const int64_t S = t.new_cell.size(1);
+        args.input_gate = in<scalar_t>(t.input_gate);
+        args.output_gate = t.output_gate != nullptr
+            ? in<scalar_t>(*t.output_gate)
+            : args.input_gate + S;
+        args.candidate_cell = t.candidate_cell != nullptr
+            ? in<scalar_t>(*t.candidate_cell)
             : args.input_gate + 2 * S;
-        args.ld_act = input_gate.stride(0);
-        args.d_gates = out<scalar_t>(d_gates);
-        args.d_old_cell = out_or_null<scalar_t>(d_old_cell);
-        args.d_bias = want_bias ? out<scalar_t>(d_bias) : nullptr;
-        args.batch = new_cell.size(0);
-        args.state = new_cell.size(1);
+        args.ld_act = t.input_gate.stride(0);
+        args.d_gates = out<scalar_t>(t.d_gates);
+        args.d_old_cell = out_or_null<scalar_t>(t.d_old_cell);
+        args.d_bias = t.want_bias ? out<scalar_t>(d_bias) : nullptr;
+        args.batch = t.new_cell.size(0);
+        args.state = t.new_cell.size(1);
         // Scratch for the bias's partial sums, from the caching allocator.
         const size_t bytes = cuda::backward_workspace_size(args);
         at::Tensor workspace;
         if (bytes > 0) {
           workspace = at::empty(
               {static_cast<int64_t>(bytes)},
-              new_cell.options().dtype(at::kByte));
+              t.new_cell.options().dtype(at::kByte));
         }
         C10_CUDA_CHECK(
             cuda::launch_backward(
@@ -306,48 +277,6 @@ CellForwardResult cell_forward_cuda(
   return {new_h, new_cell, gates, X};
 }
 
-CellBackwardResult cell_backward_cuda(
-    const std::optional<at::Tensor>& grad_h,
-    const std::optional<at::Tensor>& grad_cell,
-    const at::Tensor& new_cell,
-    const at::Tensor& gates,
-    const std::optional<at::Tensor>& X,
-    const at::Tensor& weights,
-    OutputMask mask) {
-  const Sizes sizes = check_cell_backward_args(
-      grad_h, grad_cell, new_cell, gates, X, weights, mask);
-  const int64_t B = sizes.batch;
-  const int64_t S = sizes.state_size;
-  const c10::cuda::CUDAGuard device_guard(new_cell.device());
-  const auto options = new_cell.options();
-  // The activations are read through one row stride.
-  const at::Tensor gates_c = gates.contiguous();
-  at::Tensor d_gates = at::empty({B, 3 * S}, options);
-  at::Tensor d_old_cell;
-  if (mask[4]) {
-    d_old_cell = at::empty({B, S}, options);
-  }
-  at::Tensor d_bias = pointwise_backward(
-      grad_h,
-      grad_cell,
-      new_cell,
-      gates_c,
-      nullptr,
-      nullptr,
-      d_gates,
-      mask[4] ? &d_old_cell : nullptr,
-      mask[2]);
-  CellBackwardResult result;
-  if (mask[2]) {
-    std::get<2>(result) = std::move(d_bias);
-  }
-  if (mask[4]) {
-    std::get<4>(result) = std::move(d_old_cell);
-  }
-  gemms_backward(d_gates, X, weights, mask, result);
-  return result;
-}
-
 ForwardResult forward_cuda(
     const at::Tensor& input,
     const at::Tensor& weights,
@@ -366,86 +295,30 @@ ForwardResult forward_cuda(
   if (!small) {
     gate_preactivations(gate_weights, input, weights, old_h, X);
   }
-  at::Tensor new_h = at::empty({B, S}, options);
-  at::Tensor new_cell = at::empty({B, S}, options);
-  at::Tensor input_gate = at::empty({B, S}, options);
-  at::Tensor output_gate = at::empty({B, S}, options);
-  at::Tensor candidate_cell = at::empty({B, S}, options);
-  ForwardTensors t{gate_weights, bias, old_cell, new_h, new_cell};
-  t.input_gate = &input_gate;
-  t.output_gate = &output_gate;
-  t.candidate_cell = &candidate_cell;
-  t.write_z_with_bias = true;
+  backend::TutorialOutputs outputs(B, S, options);
+  const ForwardTensors t = outputs.over(gate_weights, bias, old_cell);
   if (small) {
     small_forward(t, input, weights, old_h, X);
   } else {
     pointwise_forward(t);
   }
-  return {
-      new_h,
-      new_cell,
-      input_gate,
-      output_gate,
-      candidate_cell,
-      X,
-      gate_weights};
+  return std::move(outputs).result(X, gate_weights);
 }
 
-BackwardResult backward_cuda(
-    const at::Tensor& grad_h,
-    const at::Tensor& grad_cell,
-    const at::Tensor& new_cell,
-    const at::Tensor& input_gate,
-    const at::Tensor& output_gate,
-    const at::Tensor& candidate_cell,
-    const at::Tensor& X,
-    const at::Tensor& gate_weights,
-    const at::Tensor& weights) {
-  const Sizes sizes = check_backward_args(
-      grad_h,
-      grad_cell,
-      new_cell,
-      input_gate,
-      output_gate,
-      candidate_cell,
-      X,
-      gate_weights,
-      weights);
-  const int64_t B = sizes.batch;
-  const int64_t S = sizes.state_size;
-  const c10::cuda::CUDAGuard device_guard(grad_h.device());
-  const auto options = grad_h.options();
-  at::Tensor d_gates = at::empty({B, 3 * S}, options);
-  at::Tensor d_old_cell = at::empty({B, S}, options);
-  const at::Tensor output_c = output_gate.contiguous();
-  const at::Tensor candidate_c = candidate_cell.contiguous();
-  at::Tensor d_bias = pointwise_backward(
-      grad_h,
-      grad_cell,
-      new_cell,
-      input_gate.contiguous(),
-      &output_c,
-      &candidate_c,
-      d_gates,
-      &d_old_cell,
-      /*want_bias=*/true);
-  CellBackwardResult gemms;
-  gemms_backward(d_gates, X, weights, {true, true, false, true, false}, gemms);
-  return {
-      *std::get<3>(gemms),
-      *std::get<0>(gemms),
-      *std::get<1>(gemms),
-      d_bias.reshape({1, 3 * S}),
-      d_old_cell};
-}
+// The backward ops' steps on CUDA (cell_backend.h).
+struct Cuda {
+  using Guard = c10::cuda::CUDAGuard;
+  static constexpr auto pointwise_backward = &lltm::pointwise_backward;
+  static constexpr auto gemms_backward = &lltm::gemms_backward;
+};
 
 } // namespace
 } // namespace lltm
 
 TORCH_LIBRARY_IMPL(lltm, CUDA, m) {
   m.impl("forward", &lltm::forward_cuda);
-  m.impl("backward", &lltm::backward_cuda);
+  m.impl("backward", &lltm::backend::backward<lltm::Cuda>);
   m.impl("cell", &lltm::cell_cuda);
   m.impl("cell_forward", &lltm::cell_forward_cuda);
-  m.impl("cell_backward", &lltm::cell_backward_cuda);
+  m.impl("cell_backward", &lltm::backend::cell_backward<lltm::Cuda>);
 }

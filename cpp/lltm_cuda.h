@@ -43,6 +43,12 @@ kernel_t<scalar_t>* out(const at::Tensor& t) {
   return reinterpret_cast<kernel_t<scalar_t>*>(t.mutable_data_ptr<scalar_t>());
 }
 
+// An output that may be absent: a null pointer or an undefined tensor.
+template <typename scalar_t>
+kernel_t<scalar_t>* out_or_null(const at::Tensor* t) {
+  return t != nullptr && t->defined() ? out<scalar_t>(*t) : nullptr;
+}
+
 // A 2-D tensor through its strides; none reads as zeros.
 template <typename scalar_t>
 Strided<kernel_t<scalar_t>> strided(const std::optional<at::Tensor>& t) {
