@@ -1,6 +1,5 @@
 // Schemas of the sequence operators, their input checks (shared by every
-// backend), what every backend runs around its step loops, the step loops
-// in ATen operations (the CUDA per-step path), and the C++ API. sequence.h
+// backend), and what every backend runs around its step loops. sequence.h
 // states the math.
 #include "sequence.h"
 
@@ -29,28 +28,6 @@ constexpr const char* kStates = "[steps, batch, state_size]";
 constexpr const char* kGates = "[steps, batch, 3 * state_size]";
 constexpr const char* kWeights =
     "[3 * state_size, state_size + input_features]";
-
-std::optional<at::Tensor> step(
-    const std::optional<at::Tensor>& t,
-    int64_t index) {
-  return t ? std::optional<at::Tensor>(t->select(0, index)) : std::nullopt;
-}
-
-// The saved tensors of zero steps.
-ForwardResult with_saved(
-    Result result,
-    const Sizes& sizes,
-    const at::Tensor& input) {
-  const int64_t B = sizes.batch;
-  const int64_t S = sizes.state_size;
-  auto [output, h_n, c_n] = std::move(result);
-  return {
-      output,
-      h_n,
-      c_n,
-      at::empty({0, B, S}, input.options()),
-      at::empty({0, B, 3 * S}, input.options())};
-}
 
 } // namespace
 
@@ -148,6 +125,9 @@ Sizes check_backward_args(
   return sizes;
 }
 
+namespace {
+
+// The buffers of T > 0 steps, with the input projection in gates.
 ForwardBuffers prepare_forward(
     const Sizes& sizes,
     const at::Tensor& input,
@@ -174,131 +154,8 @@ ForwardBuffers prepare_forward(
   return b;
 }
 
-namespace {
-
-// The step loop: one GEMM and one pointwise kernel per step, then h_n and
-// c_n. Without saving (cells undefined), c_t goes to c_n and the gates keep
-// the pre-activations.
-void forward_steps(
-    const Sizes& sizes,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& h0,
-    const at::Tensor& c0,
-    ForwardBuffers& b,
-    const StepKernels& kernels) {
-  const int64_t T = sizes.steps;
-  const bool save = b.cells.defined();
-  // W_h^T packed once: every step's GEMM reads a dense operand rather than
-  // the strided column block of the weights.
-  const at::Tensor w_h_t =
-      weights_h(weights, sizes.state_size).t().contiguous();
-  for (int64_t t = 0; t < T; ++t) {
-    at::Tensor z = b.gates.select(0, t);
-    z.addmm_(t == 0 ? h0 : b.output.select(0, t - 1), w_h_t);
-    at::Tensor new_h = b.output.select(0, t);
-    // Without saving, c_t is written over c_{t-1} in c_n: the kernels read
-    // each element of old_cell before they write it in new_cell.
-    at::Tensor new_cell = save ? b.cells.select(0, t) : b.c_n;
-    const at::Tensor old_cell =
-        t == 0 ? c0 : (save ? b.cells.select(0, t - 1) : b.c_n);
-    kernels.forward(z, bias, old_cell, new_h, new_cell, save);
-  }
-  b.h_n.copy_(b.output.select(0, T - 1));
-  if (save) {
-    b.c_n.copy_(b.cells.select(0, T - 1));
-  }
-}
-
-// The reverse loop, per step the pointwise kernel and one GEMM: writes
-// d_gates and returns dc_{-1} (= d_c0).
-at::Tensor backward_steps(
-    const Sizes& sizes,
-    const std::optional<at::Tensor>& grad_output,
-    const std::optional<at::Tensor>& grad_h_n,
-    const std::optional<at::Tensor>& grad_c_n,
-    const at::Tensor& weights,
-    const at::Tensor& cells,
-    const at::Tensor& gates,
-    at::Tensor& d_gates,
-    const StepKernels& kernels) {
-  const int64_t T = sizes.steps;
-  const int64_t B = sizes.batch;
-  const int64_t S = sizes.state_size;
-  const at::Tensor w_h = weights_h(weights, S).contiguous(); // as above
-  const auto options = gates.options();
-  // dc_t, in turns: step t reads dc_t and writes dc_{t-1}.
-  std::array<at::Tensor, 2> dc{
-      at::empty({B, S}, options), at::empty({B, S}, options)};
-  at::Tensor recurrent = at::empty({B, S}, options); // dZ_{t+1} W_h
-  for (int64_t t = T - 1; t >= 0; --t) {
-    std::optional<at::Tensor> grad_h = step(grad_output, t);
-    std::optional<at::Tensor> grad_h_add;
-    std::optional<at::Tensor> grad_cell;
-    if (t == T - 1) {
-      // grad_h_n takes the place of the recurrent term; the second addend
-      // is read densely.
-      if (!grad_h) {
-        grad_h = grad_h_n;
-      } else if (grad_h_n) {
-        grad_h_add = grad_h_n->contiguous();
-      }
-      grad_cell = grad_c_n;
-    } else {
-      grad_h_add = recurrent;
-      grad_cell = dc[(t + 1) % 2];
-    }
-    at::Tensor d_gates_t = d_gates.select(0, t);
-    kernels.backward(
-        grad_h,
-        grad_h_add,
-        grad_cell,
-        cells.select(0, t),
-        gates.select(0, t),
-        d_gates_t,
-        dc[t % 2]);
-    if (t > 0) {
-      at::mm_out(recurrent, d_gates_t, w_h);
-    }
-  }
-  return dc[0];
-}
-
-} // namespace
-
-StepLoops aten_step_loops(const StepKernels& kernels) {
-  return {
-      [kernels](
-          const Sizes& sizes,
-          const at::Tensor& weights,
-          const at::Tensor& bias,
-          const at::Tensor& h0,
-          const at::Tensor& c0,
-          ForwardBuffers& b) {
-        forward_steps(sizes, weights, bias, h0, c0, b, kernels);
-      },
-      [kernels](
-          const Sizes& sizes,
-          const std::optional<at::Tensor>& grad_output,
-          const std::optional<at::Tensor>& grad_h_n,
-          const std::optional<at::Tensor>& grad_c_n,
-          const at::Tensor& weights,
-          const at::Tensor& cells,
-          const at::Tensor& gates,
-          at::Tensor& d_gates) {
-        return backward_steps(
-            sizes,
-            grad_output,
-            grad_h_n,
-            grad_c_n,
-            weights,
-            cells,
-            gates,
-            d_gates,
-            kernels);
-      }};
-}
-
+// What every backend computes after the reverse loop, from d_gates ([T, B,
+// 3S]): the GEMMs and the bias sum of the gradients in the mask.
 BackwardResult finish_backward(
     const Sizes& sizes,
     const at::Tensor& d_gates,
@@ -306,9 +163,8 @@ BackwardResult finish_backward(
     const at::Tensor& weights,
     const at::Tensor& h0,
     const at::Tensor& output,
-    const at::Tensor& d_c0,
-    const OutputMask& mask,
-    std::optional<at::Tensor> d_h0) {
+    StateGrads state,
+    const OutputMask& mask) {
   const int64_t T = sizes.steps;
   const int64_t B = sizes.batch;
   const int64_t F = sizes.input_features;
@@ -336,30 +192,17 @@ BackwardResult finish_backward(
     std::get<2>(result) = dz.sum(0);
   }
   if (mask[3]) {
-    std::get<3>(result) = d_h0
-        ? std::move(*d_h0)
+    std::get<3>(result) = state.d_h0
+        ? std::move(*state.d_h0)
         : at::mm(d_gates.select(0, 0), weights_h(weights, S));
   }
   if (mask[4]) {
-    std::get<4>(result) = d_c0;
+    std::get<4>(result) = std::move(state.d_c0);
   }
   return result;
 }
 
-namespace {
-
-// The results of zero steps, where no kernel runs.
-Result empty_forward(
-    const Sizes& sizes,
-    const at::Tensor& input,
-    const at::Tensor& h0,
-    const at::Tensor& c0) {
-  return {
-      at::empty({0, sizes.batch, sizes.state_size}, input.options()),
-      h0.clone(at::MemoryFormat::Contiguous),
-      c0.clone(at::MemoryFormat::Contiguous)};
-}
-
+// The gradients of zero steps, where no kernel runs.
 BackwardResult empty_backward(
     const Sizes& sizes,
     const std::optional<at::Tensor>& grad_h_n,
@@ -395,69 +238,54 @@ BackwardResult empty_backward(
 
 } // namespace
 
-Result sequence_steps(
+ForwardBuffers run_forward(
     const Sizes& sizes,
     const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& h0,
-    const at::Tensor& c0,
-    const StepLoops& loops) {
+    const ForwardInputs& inputs,
+    const StepLoops& loops,
+    bool save) {
   if (sizes.steps == 0) {
-    return empty_forward(sizes, input, h0, c0);
+    const auto options = input.options();
+    const int64_t B = sizes.batch;
+    const int64_t S = sizes.state_size;
+    ForwardBuffers b;
+    b.output = at::empty({0, B, S}, options);
+    b.h_n = inputs.h0.clone(at::MemoryFormat::Contiguous);
+    b.c_n = inputs.c0.clone(at::MemoryFormat::Contiguous);
+    if (save) {
+      b.cells = at::empty({0, B, S}, options);
+      b.gates = at::empty({0, B, 3 * S}, options);
+    }
+    return b;
   }
-  ForwardBuffers b = prepare_forward(sizes, input, weights, /*save=*/false);
-  loops.forward(sizes, weights, bias, h0, c0, b);
-  return {b.output, b.h_n, b.c_n};
+  ForwardBuffers b = prepare_forward(sizes, input, inputs.weights, save);
+  loops.forward(sizes, inputs, b);
+  return b;
 }
 
-ForwardResult sequence_forward_steps(
+BackwardResult run_backward(
     const Sizes& sizes,
     const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& h0,
-    const at::Tensor& c0,
-    const StepLoops& loops) {
-  if (sizes.steps == 0) {
-    return with_saved(empty_forward(sizes, input, h0, c0), sizes, input);
-  }
-  ForwardBuffers b = prepare_forward(sizes, input, weights, /*save=*/true);
-  loops.forward(sizes, weights, bias, h0, c0, b);
-  return {b.output, b.h_n, b.c_n, b.cells, b.gates};
-}
-
-BackwardResult sequence_backward_steps(
-    const Sizes& sizes,
-    const std::optional<at::Tensor>& grad_output,
-    const std::optional<at::Tensor>& grad_h_n,
-    const std::optional<at::Tensor>& grad_c_n,
-    const at::Tensor& input,
-    const at::Tensor& weights,
     const at::Tensor& h0,
     const at::Tensor& output,
-    const at::Tensor& cells,
-    const at::Tensor& gates,
+    const BackwardInputs& inputs,
     const OutputMask& mask,
     const StepLoops& loops) {
   if (sizes.steps == 0) {
-    return empty_backward(sizes, grad_h_n, grad_c_n, input, weights, mask);
+    return empty_backward(
+        sizes, inputs.grad_h_n, inputs.grad_c_n, input, inputs.weights, mask);
   }
-  at::Tensor d_gates = at::empty(gates.sizes(), gates.options());
-  const at::Tensor d_c0 = loops.backward(
-      sizes, grad_output, grad_h_n, grad_c_n, weights, cells, gates, d_gates);
+  at::Tensor d_gates = at::empty(inputs.gates.sizes(), inputs.gates.options());
+  StateGrads state = loops.backward(sizes, inputs, mask, d_gates);
   return finish_backward(
-      sizes, d_gates, input, weights, h0, output, d_c0, mask, std::nullopt);
-}
-
-Result run(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& h0,
-    const at::Tensor& c0) {
-  static const auto op = find_op<decltype(run)>("lltm::sequence");
-  return op.call(input, weights, bias, h0, c0);
+      sizes,
+      d_gates,
+      input,
+      inputs.weights,
+      h0,
+      output,
+      std::move(state),
+      mask);
 }
 
 } // namespace lltm::sequence

@@ -22,21 +22,23 @@
 // d_h0 = dZ_0 W_h, d_c0 = dc_{-1}.
 //
 // The schemas and checks live in sequence.cpp, with what every backend runs
-// around its step loops (the input projection, the GEMMs for all steps
-// after the backward's loop) and step loops in ATen operations, which the
-// CUDA per-step path runs over its pointwise kernels; the CPU
-// (sequence_cpu.cpp) runs its own loops on raw pointers, and CUDA also a
-// persistent kernel (sequence_cuda.cpp).
+// around its step loops: the input projection, the GEMMs for all steps
+// after the backward's loop, and zero steps. The op kernels below are
+// templates over a backend, which brings the loops: the CPU's
+// (sequence_cpu.cpp) and the three paths of CUDA (sequence_cuda.cpp).
 #pragma once
 
 #include "lltm.h"
 
 #include <ATen/core/Tensor.h>
 
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 
 namespace lltm::sequence {
 
@@ -80,34 +82,9 @@ Sizes check_backward_args(
     const at::Tensor& cells,
     const at::Tensor& gates);
 
-// A backend's pointwise kernels, as the step loops call them.
-struct StepKernels {
-  // The cell's pointwise forward over z ([B, 3S] pre-activations without
-  // the bias, row stride z.stride(0)): writes new_h and new_cell (dense),
-  // and the activations [i | o | g] in place over z when save is set.
-  void (*forward)(
-      at::Tensor& z,
-      const at::Tensor& bias,
-      const at::Tensor& old_cell,
-      at::Tensor& new_h,
-      at::Tensor& new_cell,
-      bool save);
-  // The cell's pointwise backward: dZ into d_gates ([B, 3S], dense) and dc
-  // into d_old_cell, from gh = grad_h (strided, or none) + grad_h_add
-  // (dense, or none) and gc = grad_cell (strided, or none).
-  void (*backward)(
-      const std::optional<at::Tensor>& grad_h,
-      const std::optional<at::Tensor>& grad_h_add,
-      const std::optional<at::Tensor>& grad_cell,
-      const at::Tensor& new_cell,
-      const at::Tensor& gates,
-      at::Tensor& d_gates,
-      at::Tensor& d_old_cell);
-};
-
 // The forward's buffers, allocated, with the input projection input W_x^T
 // (no bias) already in gates: output [T, B, S], h_n and c_n [B, S], cells
-// [T, B, S] (undefined unless `save`), gates [T, B, 3S]. T > 0.
+// [T, B, S] (undefined unless saved), gates [T, B, 3S].
 struct ForwardBuffers {
   at::Tensor output;
   at::Tensor h_n;
@@ -115,76 +92,95 @@ struct ForwardBuffers {
   at::Tensor cells;
   at::Tensor gates;
 };
-ForwardBuffers prepare_forward(
-    const Sizes& sizes,
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    bool save);
 
-// What every backend computes after the reverse loop, from d_gates ([T, B,
-// 3S]) and d_c0: the GEMMs and the bias sum of the gradients in
-// output_mask. d_h0 is computed here unless given (the persistent CUDA
-// kernel computes it itself).
-BackwardResult finish_backward(
-    const Sizes& sizes,
-    const at::Tensor& d_gates,
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& h0,
-    const at::Tensor& output,
-    const at::Tensor& d_c0,
-    const OutputMask& output_mask,
-    std::optional<at::Tensor> d_h0);
-
-// A backend's step loops. The forward runs every step over buffers from
-// prepare_forward (T > 0); the backward runs the reverse loop, writes
-// d_gates ([T, B, 3S]) and returns dc_{-1} (= d_c0). cells and gates are
-// dense.
-struct StepLoops {
-  std::function<void(
-      const Sizes& sizes,
-      const at::Tensor& weights,
-      const at::Tensor& bias,
-      const at::Tensor& h0,
-      const at::Tensor& c0,
-      ForwardBuffers& buffers)>
-      forward;
-  std::function<at::Tensor(
-      const Sizes& sizes,
-      const std::optional<at::Tensor>& grad_output,
-      const std::optional<at::Tensor>& grad_h_n,
-      const std::optional<at::Tensor>& grad_c_n,
-      const at::Tensor& weights,
-      const at::Tensor& cells,
-      const at::Tensor& gates,
-      at::Tensor& d_gates)>
-      backward;
+// What the forward's loops read besides the sizes and the buffers.
+struct ForwardInputs {
+  const at::Tensor& weights;
+  const at::Tensor& bias;
+  const at::Tensor& h0;
+  const at::Tensor& c0;
 };
 
-// The step loops in ATen operations: per step, one GEMM (at::addmm_ or
-// at::mm) and one of `kernels`, on any device.
-StepLoops aten_step_loops(const StepKernels& kernels);
+// What the backward's loops read; cells and gates are dense.
+struct BackwardInputs {
+  const std::optional<at::Tensor>& grad_output;
+  const std::optional<at::Tensor>& grad_h_n;
+  const std::optional<at::Tensor>& grad_c_n;
+  const at::Tensor& weights;
+  const at::Tensor& cells;
+  const at::Tensor& gates;
+};
+
+// What a backward loop returns besides d_gates: d_c0 = dc_{-1}, and d_h0
+// when the loop computes it itself (else finish_backward does).
+struct StateGrads {
+  at::Tensor d_c0;
+  std::optional<at::Tensor> d_h0;
+};
+
+// A way to run the steps (T > 0). The forward runs every step over buffers
+// from prepare_forward; without saving (cells undefined), c_t goes to c_n
+// and gates may keep the pre-activations. The backward runs the reverse
+// loop and writes d_gates ([T, B, 3S]).
+struct StepLoops {
+  void (*forward)(const Sizes&, const ForwardInputs&, ForwardBuffers&);
+  StateGrads (*backward)(
+      const Sizes&,
+      const BackwardInputs&,
+      const OutputMask& output_mask,
+      at::Tensor& d_gates);
+};
 
 // The ops on a backend's step loops: the input projection before them, the
-// GEMMs for all steps after the backward's, and zero steps.
-Result sequence_steps(
+// GEMMs for all steps after the backward's, and zero steps (where no loop
+// runs).
+ForwardBuffers run_forward(
     const Sizes& sizes,
+    const at::Tensor& input,
+    const ForwardInputs& inputs,
+    const StepLoops& loops,
+    bool save);
+BackwardResult run_backward(
+    const Sizes& sizes,
+    const at::Tensor& input,
+    const at::Tensor& h0,
+    const at::Tensor& output,
+    const BackwardInputs& inputs,
+    const OutputMask& output_mask,
+    const StepLoops& loops);
+
+// The kernels of the three ops on a backend: a struct with a Guard,
+// constructed from the inputs' device (a device guard, or
+// lltm::backend::NoGuard), and
+//   static const StepLoops& loops(const Sizes&, at::ScalarType,
+//                                 bool backward, const char* op);
+// which picks the loops of a call.
+
+// lltm::sequence (kSave false) and lltm::sequence_forward (kSave true).
+template <typename Backend, bool kSave>
+std::conditional_t<kSave, ForwardResult, Result> sequence_forward_kernel(
     const at::Tensor& input,
     const at::Tensor& weights,
     const at::Tensor& bias,
     const at::Tensor& h0,
-    const at::Tensor& c0,
-    const StepLoops& loops);
-ForwardResult sequence_forward_steps(
-    const Sizes& sizes,
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& h0,
-    const at::Tensor& c0,
-    const StepLoops& loops);
-BackwardResult sequence_backward_steps(
-    const Sizes& sizes,
+    const at::Tensor& c0) {
+  constexpr const char* op =
+      kSave ? "lltm::sequence_forward" : "lltm::sequence";
+  const Sizes sizes = check_forward_args(input, weights, bias, h0, c0, op);
+  const typename Backend::Guard guard(input.device());
+  const StepLoops& loops =
+      Backend::loops(sizes, input.scalar_type(), /*backward=*/false, op);
+  ForwardBuffers b =
+      run_forward(sizes, input, {weights, bias, h0, c0}, loops, kSave);
+  if constexpr (kSave) {
+    return {b.output, b.h_n, b.c_n, b.cells, b.gates};
+  } else {
+    return {b.output, b.h_n, b.c_n};
+  }
+}
+
+template <typename Backend>
+BackwardResult sequence_backward_kernel(
     const std::optional<at::Tensor>& grad_output,
     const std::optional<at::Tensor>& grad_h_n,
     const std::optional<at::Tensor>& grad_c_n,
@@ -194,16 +190,31 @@ BackwardResult sequence_backward_steps(
     const at::Tensor& output,
     const at::Tensor& cells,
     const at::Tensor& gates,
-    const OutputMask& output_mask,
-    const StepLoops& loops);
-
-// The C++ API: lltm::sequence through the dispatcher, so through autograd
-// when a graph is recorded, on the inputs' device.
-Result run(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& h0,
-    const at::Tensor& c0);
+    OutputMask mask) {
+  constexpr const char* op = "lltm::sequence_backward";
+  const Sizes sizes = check_backward_args(
+      grad_output,
+      grad_h_n,
+      grad_c_n,
+      input,
+      weights,
+      h0,
+      output,
+      cells,
+      gates);
+  const typename Backend::Guard guard(input.device());
+  const StepLoops& loops =
+      Backend::loops(sizes, input.scalar_type(), /*backward=*/true, op);
+  const at::Tensor cells_c = cells.contiguous();
+  const at::Tensor gates_c = gates.contiguous();
+  return run_backward(
+      sizes,
+      input,
+      h0,
+      output,
+      {grad_output, grad_h_n, grad_c_n, weights, cells_c, gates_c},
+      mask,
+      loops);
+}
 
 } // namespace lltm::sequence

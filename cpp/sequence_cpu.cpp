@@ -2,6 +2,8 @@
 // vectorized pointwise kernel (lltm_cpu_kernel_impl.h states its math),
 // split over threads by rows; sequence.cpp does the rest (sequence.h states
 // the math).
+#include "cell_backend.h"
+#include "lltm_cpu.h"
 #include "lltm_cpu_kernel.h"
 #include "sequence.h"
 
@@ -18,13 +20,7 @@
 namespace lltm::sequence {
 namespace {
 
-template <typename T>
-cpu::Strided<T> strided(const std::optional<at::Tensor>& t) {
-  if (!t) {
-    return {nullptr, 0, 0};
-  }
-  return {t->const_data_ptr<T>(), t->stride(0), t->stride(1)};
-}
+using cpu::strided;
 
 // Step t of a [T, B, S] operand, read through its strides.
 template <typename T>
@@ -60,19 +56,17 @@ class StepView {
 template <typename T>
 void forward_loop(
     const Sizes& sizes,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& h0,
-    const at::Tensor& c0,
+    const ForwardInputs& in,
     ForwardBuffers& buffers) {
+  const at::Tensor& h0 = in.h0;
   const int64_t steps = sizes.steps;
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   const int64_t BS = B * S;
   // W_h^T, packed once: [S, 3S].
-  const at::Tensor w_h_t = weights_h(weights, S).t().contiguous();
-  const at::Tensor bias_c = bias.contiguous();
-  const at::Tensor c0_c = c0.contiguous();
+  const at::Tensor w_h_t = weights_h(in.weights, S).t().contiguous();
+  const at::Tensor bias_c = in.bias.contiguous();
+  const at::Tensor c0_c = in.c0.contiguous();
   const bool save = buffers.cells.defined();
   T* gates = buffers.gates.mutable_data_ptr<T>();
   T* output = buffers.output.mutable_data_ptr<T>();
@@ -118,19 +112,16 @@ void forward_loop(
 template <typename T>
 at::Tensor backward_loop(
     const Sizes& sizes,
-    const std::optional<at::Tensor>& grad_output,
-    const std::optional<at::Tensor>& grad_h_n,
-    const std::optional<at::Tensor>& grad_c_n,
-    const at::Tensor& weights,
-    const at::Tensor& cells,
-    const at::Tensor& gates,
+    const BackwardInputs& in,
     at::Tensor& d_gates) {
+  const std::optional<at::Tensor>& grad_output = in.grad_output;
+  const std::optional<at::Tensor>& grad_h_n = in.grad_h_n;
   const int64_t steps = sizes.steps;
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   const int64_t BS = B * S;
-  const at::Tensor w_h = weights_h(weights, S).contiguous(); // [3S, S]
-  const auto options = gates.options();
+  const at::Tensor w_h = weights_h(in.weights, S).contiguous(); // [3S, S]
+  const auto options = in.gates.options();
   // dc_t, in turns: step t reads dc_t and writes dc_{t-1}; and the
   // recurrent term dZ_{t+1} W_h.
   const std::array<at::Tensor, 2> dc{
@@ -145,8 +136,8 @@ at::Tensor backward_loop(
       dc[0].mutable_data_ptr<T>(), dc[1].mutable_data_ptr<T>()};
   T* rec = recurrent.mutable_data_ptr<T>();
   T* dz = d_gates.mutable_data_ptr<T>();
-  const T* act = gates.const_data_ptr<T>();
-  const T* cell = cells.const_data_ptr<T>();
+  const T* act = in.gates.const_data_ptr<T>();
+  const T* cell = in.cells.const_data_ptr<T>();
   const auto& k = cpu::best_kernels<T>();
   const int64_t grain = cpu::rows_per_task(S);
   StepView dz_view(d_gates);
@@ -160,7 +151,7 @@ at::Tensor backward_loop(
         args.grad_h_add = grad_h_n_dense->const_data_ptr<T>();
         args.ld_grad_h_add = S;
       }
-      args.grad_cell = strided<T>(grad_c_n);
+      args.grad_cell = strided<T>(in.grad_c_n);
     } else {
       args.grad_h_add = rec;
       args.ld_grad_h_add = S;
@@ -187,116 +178,53 @@ at::Tensor backward_loop(
 
 // The step loops, with raw pointers for the pointwise kernels and the CPU
 // GEMM kernels called past the dispatcher: at a small batch a step is a few
-// microseconds of work, and each ATen op adds about one.
-const StepLoops& cpu_steps() {
-  static const StepLoops loops{
-      [](const Sizes& sizes,
-         const at::Tensor& weights,
-         const at::Tensor& bias,
-         const at::Tensor& h0,
-         const at::Tensor& c0,
-         ForwardBuffers& b) {
-        AT_DISPATCH_FLOATING_TYPES_AND2(
-            at::kHalf,
-            at::kBFloat16,
-            weights.scalar_type(),
-            "lltm_sequence_cpu",
-            [&] { forward_loop<scalar_t>(sizes, weights, bias, h0, c0, b); });
-      },
-      [](const Sizes& sizes,
-         const std::optional<at::Tensor>& grad_output,
-         const std::optional<at::Tensor>& grad_h_n,
-         const std::optional<at::Tensor>& grad_c_n,
-         const at::Tensor& weights,
-         const at::Tensor& cells,
-         const at::Tensor& gates,
-         at::Tensor& d_gates) {
-        at::Tensor d_c0;
-        AT_DISPATCH_FLOATING_TYPES_AND2(
-            at::kHalf,
-            at::kBFloat16,
-            weights.scalar_type(),
-            "lltm_sequence_backward_cpu",
-            [&] {
-              d_c0 = backward_loop<scalar_t>(
-                  sizes,
-                  grad_output,
-                  grad_h_n,
-                  grad_c_n,
-                  weights,
-                  cells,
-                  gates,
-                  d_gates);
-            });
-        return d_c0;
-      }};
-  return loops;
+// microseconds of work, and each ATen op adds about as much.
+void cpu_forward(
+    const Sizes& sizes,
+    const ForwardInputs& in,
+    ForwardBuffers& b) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf,
+      at::kBFloat16,
+      in.weights.scalar_type(),
+      "lltm_sequence_cpu",
+      [&] { forward_loop<scalar_t>(sizes, in, b); });
 }
 
-Result sequence_cpu(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& h0,
-    const at::Tensor& c0) {
-  const Sizes sizes =
-      check_forward_args(input, weights, bias, h0, c0, "lltm::sequence");
-  return sequence_steps(sizes, input, weights, bias, h0, c0, cpu_steps());
+StateGrads cpu_backward(
+    const Sizes& sizes,
+    const BackwardInputs& in,
+    const OutputMask& /*output_mask*/,
+    at::Tensor& d_gates) {
+  StateGrads state;
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf,
+      at::kBFloat16,
+      in.weights.scalar_type(),
+      "lltm_sequence_backward_cpu",
+      [&] { state.d_c0 = backward_loop<scalar_t>(sizes, in, d_gates); });
+  return state;
 }
 
-ForwardResult sequence_forward_cpu(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& h0,
-    const at::Tensor& c0) {
-  const Sizes sizes = check_forward_args(
-      input, weights, bias, h0, c0, "lltm::sequence_forward");
-  return sequence_forward_steps(
-      sizes, input, weights, bias, h0, c0, cpu_steps());
-}
-
-BackwardResult sequence_backward_cpu(
-    const std::optional<at::Tensor>& grad_output,
-    const std::optional<at::Tensor>& grad_h_n,
-    const std::optional<at::Tensor>& grad_c_n,
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& h0,
-    const at::Tensor& output,
-    const at::Tensor& cells,
-    const at::Tensor& gates,
-    OutputMask mask) {
-  const Sizes sizes = check_backward_args(
-      grad_output,
-      grad_h_n,
-      grad_c_n,
-      input,
-      weights,
-      h0,
-      output,
-      cells,
-      gates);
-  return sequence_backward_steps(
-      sizes,
-      grad_output,
-      grad_h_n,
-      grad_c_n,
-      input,
-      weights,
-      h0,
-      output,
-      cells.contiguous(),
-      gates.contiguous(),
-      mask,
-      cpu_steps());
-}
+struct Cpu {
+  using Guard = backend::NoGuard;
+  static const StepLoops& loops(
+      const Sizes& /*sizes*/,
+      at::ScalarType /*dtype*/,
+      bool /*backward*/,
+      const char* /*op*/) {
+    static constexpr StepLoops kLoops{&cpu_forward, &cpu_backward};
+    return kLoops;
+  }
+};
 
 } // namespace
 } // namespace lltm::sequence
 
 TORCH_LIBRARY_IMPL(lltm, CPU, m) {
-  m.impl("sequence", &lltm::sequence::sequence_cpu);
-  m.impl("sequence_forward", &lltm::sequence::sequence_forward_cpu);
-  m.impl("sequence_backward", &lltm::sequence::sequence_backward_cpu);
+  using lltm::sequence::Cpu;
+  using lltm::sequence::sequence_forward_kernel;
+  m.impl("sequence", &sequence_forward_kernel<Cpu, false>);
+  m.impl("sequence_forward", &sequence_forward_kernel<Cpu, true>);
+  m.impl("sequence_backward", &lltm::sequence::sequence_backward_kernel<Cpu>);
 }

@@ -8,7 +8,7 @@
 //               its epilogue (cuda/lltm_step.cu), launched from a loop that
 //               makes no ATen call; the same GEMMs around it
 //   steps       per step, one cuBLAS GEMM and the cell's pointwise kernel
-//               (cuda/lltm_kernel.cu), the ATen loops of sequence.cpp
+//               (cuda/lltm_kernel.cu), in ATen loops
 //
 // LLTM_SEQUENCE_PATH (auto, persistent, fused or steps; read at each call)
 // picks one. auto goes by the size of a step (choose_path): the persistent
@@ -20,6 +20,7 @@
 //
 // Each call validates its inputs with the shared checks, sets the device,
 // and launches on the current stream of the inputs' device.
+#include "cell_backend.h"
 #include "sequence.h"
 
 #include "../cuda/lltm_kernel.h"
@@ -28,6 +29,7 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -38,6 +40,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -48,12 +51,8 @@ namespace {
 using cuda::in;
 using cuda::kernel_t;
 using cuda::out;
+using cuda::out_or_null;
 using cuda::strided;
-
-template <typename scalar_t>
-kernel_t<scalar_t>* out_or_null(const at::Tensor& t) {
-  return t.defined() ? out<scalar_t>(t) : nullptr;
-}
 
 template <typename scalar_t>
 cuda::Strided3<kernel_t<scalar_t>> strided3(
@@ -64,8 +63,27 @@ cuda::Strided3<kernel_t<scalar_t>> strided3(
   return {in<scalar_t>(*t), t->stride(0), t->stride(1), t->stride(2)};
 }
 
-// --- the per-step path: the cell's pointwise kernels -------------------------
+// The forward's operands as the kernels read them: W with unit column
+// stride, the others dense.
+struct DenseInputs {
+  at::Tensor w, bias, h0, c0;
 
+  explicit DenseInputs(const ForwardInputs& in)
+      : w(unit_columns(in.weights)),
+        bias(in.bias.contiguous()),
+        h0(in.h0.contiguous()),
+        c0(in.c0.contiguous()) {}
+
+  static at::Tensor unit_columns(const at::Tensor& w) {
+    return w.stride(1) == 1 ? w : w.contiguous();
+  }
+};
+
+// --- the per-step path: cuBLAS and the cell's pointwise kernels --------------
+
+// The cell's pointwise forward over z ([B, 3S] pre-activations without the
+// bias, row stride z.stride(0)): writes new_h and new_cell (dense), and the
+// activations [i | o | g] in place over z when save is set.
 void step_forward(
     at::Tensor& z,
     const at::Tensor& bias,
@@ -100,6 +118,9 @@ void step_forward(
       });
 }
 
+// The cell's pointwise backward: dZ into d_gates ([B, 3S], dense) and dc
+// into d_old_cell, from gh = grad_h (strided, or none) + grad_h_add (dense,
+// or none) and gc = grad_cell (strided, or none).
 void step_backward(
     const std::optional<at::Tensor>& grad_h,
     const std::optional<at::Tensor>& grad_h_add,
@@ -139,39 +160,107 @@ void step_backward(
       });
 }
 
-constexpr StepKernels kCudaKernels{&step_forward, &step_backward};
+std::optional<at::Tensor> step_of(
+    const std::optional<at::Tensor>& t,
+    int64_t index) {
+  return t ? std::optional<at::Tensor>(t->select(0, index)) : std::nullopt;
+}
 
-const StepLoops& cuda_steps() {
-  static const StepLoops loops = aten_step_loops(kCudaKernels);
-  return loops;
+// Per step one GEMM and one pointwise kernel, then h_n and c_n.
+void steps_forward(
+    const Sizes& sizes,
+    const ForwardInputs& inputs,
+    ForwardBuffers& b) {
+  const int64_t T = sizes.steps;
+  const bool save = b.cells.defined();
+  // W_h^T packed once: every step's GEMM reads a dense operand rather than
+  // the strided column block of the weights.
+  const at::Tensor w_h_t =
+      weights_h(inputs.weights, sizes.state_size).t().contiguous();
+  for (int64_t t = 0; t < T; ++t) {
+    at::Tensor z = b.gates.select(0, t);
+    z.addmm_(t == 0 ? inputs.h0 : b.output.select(0, t - 1), w_h_t);
+    at::Tensor new_h = b.output.select(0, t);
+    // Without saving, c_t is written over c_{t-1} in c_n: the kernels read
+    // each element of old_cell before they write it in new_cell.
+    at::Tensor new_cell = save ? b.cells.select(0, t) : b.c_n;
+    const at::Tensor old_cell =
+        t == 0 ? inputs.c0 : (save ? b.cells.select(0, t - 1) : b.c_n);
+    step_forward(z, inputs.bias, old_cell, new_h, new_cell, save);
+  }
+  b.h_n.copy_(b.output.select(0, T - 1));
+  if (save) {
+    b.c_n.copy_(b.cells.select(0, T - 1));
+  }
+}
+
+// The reverse loop, per step the pointwise kernel and one GEMM.
+StateGrads steps_backward(
+    const Sizes& sizes,
+    const BackwardInputs& inputs,
+    const OutputMask& /*output_mask*/,
+    at::Tensor& d_gates) {
+  const int64_t T = sizes.steps;
+  const int64_t B = sizes.batch;
+  const int64_t S = sizes.state_size;
+  const at::Tensor w_h = weights_h(inputs.weights, S).contiguous(); // as above
+  const auto options = inputs.gates.options();
+  // dc_t, in turns: step t reads dc_t and writes dc_{t-1}.
+  std::array<at::Tensor, 2> dc{
+      at::empty({B, S}, options), at::empty({B, S}, options)};
+  at::Tensor recurrent = at::empty({B, S}, options); // dZ_{t+1} W_h
+  for (int64_t t = T - 1; t >= 0; --t) {
+    std::optional<at::Tensor> grad_h = step_of(inputs.grad_output, t);
+    std::optional<at::Tensor> grad_h_add;
+    std::optional<at::Tensor> grad_cell;
+    if (t == T - 1) {
+      // grad_h_n takes the place of the recurrent term; the second addend
+      // is read densely.
+      if (!grad_h) {
+        grad_h = inputs.grad_h_n;
+      } else if (inputs.grad_h_n) {
+        grad_h_add = inputs.grad_h_n->contiguous();
+      }
+      grad_cell = inputs.grad_c_n;
+    } else {
+      grad_h_add = recurrent;
+      grad_cell = dc[(t + 1) % 2];
+    }
+    at::Tensor d_gates_t = d_gates.select(0, t);
+    step_backward(
+        grad_h,
+        grad_h_add,
+        grad_cell,
+        inputs.cells.select(0, t),
+        inputs.gates.select(0, t),
+        d_gates_t,
+        dc[t % 2]);
+    if (t > 0) {
+      at::mm_out(recurrent, d_gates_t, w_h);
+    }
+  }
+  return {dc[0], std::nullopt};
 }
 
 // --- the fused path: one launch per step and direction --------------------
 
-// The forward's steps over buffers from prepare_forward (T > 0). The loop
-// makes no ATen call: a step costs the host one kernel launch.
+// The loops make no ATen call: a step costs the host one kernel launch.
 void fused_forward(
     const Sizes& sizes,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& h0,
-    const at::Tensor& c0,
+    const ForwardInputs& inputs,
     ForwardBuffers& b) {
-  const at::Tensor w = weights.stride(1) == 1 ? weights : weights.contiguous();
-  const at::Tensor bias_c = bias.contiguous();
-  const at::Tensor h0_c = h0.contiguous();
-  const at::Tensor c0_c = c0.contiguous();
+  const DenseInputs d(inputs);
   const bool save = b.cells.defined();
   const int64_t T = sizes.steps;
   const int64_t BS = sizes.batch * sizes.state_size;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, w.scalar_type(), "lltm_sequence_cuda", [&] {
+      at::kHalf, at::kBFloat16, d.w.scalar_type(), "lltm_sequence_cuda", [&] {
         using K = kernel_t<scalar_t>;
         cuda::StepForwardArgs<K> args{};
-        args.w = in<scalar_t>(w);
-        args.ld_w = w.stride(0);
-        args.bias = in<scalar_t>(bias_c);
+        args.w = in<scalar_t>(d.w);
+        args.ld_w = d.w.stride(0);
+        args.bias = in<scalar_t>(d.bias);
         args.save = save;
         args.batch = sizes.batch;
         args.state = sizes.state_size;
@@ -181,8 +270,8 @@ void fused_forward(
         K* cells = save ? out<scalar_t>(b.cells) : out<scalar_t>(b.c_n);
         const int64_t cell_step = save ? BS : 0;
         for (int64_t t = 0; t < T; ++t) {
-          args.h = t == 0 ? in<scalar_t>(h0_c) : output + (t - 1) * BS;
-          args.c = t == 0 ? in<scalar_t>(c0_c) : cells + (t - 1) * cell_step;
+          args.h = t == 0 ? in<scalar_t>(d.h0) : output + (t - 1) * BS;
+          args.c = t == 0 ? in<scalar_t>(d.c0) : cells + (t - 1) * cell_step;
           args.z = gates + t * 3 * BS;
           args.h_out = output + t * BS;
           args.c_out = cells + t * cell_step;
@@ -194,18 +283,13 @@ void fused_forward(
       });
 }
 
-// The reverse loop (T > 0): writes d_gates and returns dc_{-1} (= d_c0).
-at::Tensor fused_backward(
+StateGrads fused_backward(
     const Sizes& sizes,
-    const std::optional<at::Tensor>& grad_output,
-    const std::optional<at::Tensor>& grad_h_n,
-    const std::optional<at::Tensor>& grad_c_n,
-    const at::Tensor& weights,
-    const at::Tensor& cells,
-    const at::Tensor& gates,
+    const BackwardInputs& inputs,
+    const OutputMask& /*output_mask*/,
     at::Tensor& d_gates) {
-  const at::Tensor w = weights.stride(1) == 1 ? weights : weights.contiguous();
-  const auto options = gates.options();
+  const at::Tensor w = DenseInputs::unit_columns(inputs.weights);
+  const auto options = inputs.gates.options();
   at::Tensor d_c0 = at::empty({sizes.batch, sizes.state_size}, options);
   const int64_t T = sizes.steps;
   const int64_t BS = sizes.batch * sizes.state_size;
@@ -214,8 +298,8 @@ at::Tensor fused_backward(
       at::kHalf, at::kBFloat16, w.scalar_type(), "lltm_sequence_cuda", [&] {
         using K = kernel_t<scalar_t>;
         cuda::StepBackwardArgs<K> args{};
-        args.grad_h_n = strided<scalar_t>(grad_h_n);
-        args.grad_c_n = strided<scalar_t>(grad_c_n);
+        args.grad_h_n = strided<scalar_t>(inputs.grad_h_n);
+        args.grad_c_n = strided<scalar_t>(inputs.grad_c_n);
         args.w = in<scalar_t>(w);
         args.ld_w = w.stride(0);
         args.batch = sizes.batch;
@@ -224,10 +308,10 @@ at::Tensor fused_backward(
         const at::Tensor workspace = at::empty(
             {static_cast<int64_t>(cuda::step_backward_workspace_size(args))},
             options.dtype(at::kByte));
-        const cuda::Strided3<K> grad = strided3<scalar_t>(grad_output);
+        const cuda::Strided3<K> grad = strided3<scalar_t>(inputs.grad_output);
         K* dz = out<scalar_t>(d_gates);
-        const K* cell = in<scalar_t>(cells);
-        const K* act = in<scalar_t>(gates);
+        const K* cell = in<scalar_t>(inputs.cells);
+        const K* act = in<scalar_t>(inputs.gates);
         for (int64_t t = T - 1; t >= 0; --t) {
           args.grad_h = {
               grad.data == nullptr ? nullptr : grad.data + t * grad.step_stride,
@@ -243,12 +327,86 @@ at::Tensor fused_backward(
                   args, workspace.mutable_data_ptr(), stream));
         }
       });
-  return d_c0;
+  return {d_c0, std::nullopt};
 }
 
-const StepLoops& fused_steps() {
-  static const StepLoops loops{&fused_forward, &fused_backward};
-  return loops;
+// --- the persistent path -----------------------------------------------------
+
+void persistent_forward(
+    const Sizes& sizes,
+    const ForwardInputs& inputs,
+    ForwardBuffers& b) {
+  const DenseInputs d(inputs);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, d.w.scalar_type(), "lltm_sequence_cuda", [&] {
+        cuda::SequenceForwardArgs<kernel_t<scalar_t>> args{};
+        args.gates = out<scalar_t>(b.gates);
+        args.w = in<scalar_t>(d.w);
+        args.ld_w = d.w.stride(0);
+        args.bias = in<scalar_t>(d.bias);
+        args.h0 = in<scalar_t>(d.h0);
+        args.c0 = in<scalar_t>(d.c0);
+        args.output = out<scalar_t>(b.output);
+        args.cells = out_or_null<scalar_t>(&b.cells);
+        args.h_n = out<scalar_t>(b.h_n);
+        args.c_n = out<scalar_t>(b.c_n);
+        args.steps = sizes.steps;
+        args.batch = sizes.batch;
+        args.state = sizes.state_size;
+        C10_CUDA_CHECK(cuda::launch_sequence_forward(args, stream));
+      });
+}
+
+// The kernel also computes d_h0, when asked for.
+StateGrads persistent_backward(
+    const Sizes& sizes,
+    const BackwardInputs& inputs,
+    const OutputMask& mask,
+    at::Tensor& d_gates) {
+  const auto options = inputs.gates.options();
+  const int64_t B = sizes.batch;
+  const int64_t S = sizes.state_size;
+  at::Tensor d_h0;
+  at::Tensor d_c0;
+  if (mask[3]) {
+    d_h0 = at::empty({B, S}, options);
+  }
+  if (mask[4]) {
+    d_c0 = at::empty({B, S}, options);
+  }
+  const at::Tensor w = DenseInputs::unit_columns(inputs.weights);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf,
+      at::kBFloat16,
+      w.scalar_type(),
+      "lltm_sequence_backward_cuda",
+      [&] {
+        cuda::SequenceBackwardArgs<kernel_t<scalar_t>> args{};
+        args.grad_output = strided3<scalar_t>(inputs.grad_output);
+        args.grad_h_n = strided<scalar_t>(inputs.grad_h_n);
+        args.grad_c_n = strided<scalar_t>(inputs.grad_c_n);
+        args.w = in<scalar_t>(w);
+        args.ld_w = w.stride(0);
+        args.cells = in<scalar_t>(inputs.cells);
+        args.gates = in<scalar_t>(inputs.gates);
+        args.d_gates = out<scalar_t>(d_gates);
+        args.d_h0 = out_or_null<scalar_t>(&d_h0);
+        args.d_c0 = out_or_null<scalar_t>(&d_c0);
+        args.steps = sizes.steps;
+        args.batch = B;
+        args.state = S;
+        // dc, the running cell gradient, from the caching allocator.
+        const at::Tensor workspace = at::empty(
+            {static_cast<int64_t>(
+                cuda::sequence_backward_workspace_size(args))},
+            options.dtype(at::kByte));
+        C10_CUDA_CHECK(
+            cuda::launch_sequence_backward(
+                args, workspace.mutable_data_ptr(), stream));
+      });
+  return {d_c0, mask[3] ? std::optional<at::Tensor>(d_h0) : std::nullopt};
 }
 
 // --- choosing the path -------------------------------------------------------
@@ -335,184 +493,35 @@ Path choose_path(
   return fits ? Path::kPersistent : beyond;
 }
 
-// The step loops of a path other than the persistent one.
-const StepLoops& loops_of(Path path) {
-  return path == Path::kFused ? fused_steps() : cuda_steps();
-}
-
-// --- the persistent path -----------------------------------------------------
-
-void persistent_forward(
-    const Sizes& sizes,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& h0,
-    const at::Tensor& c0,
-    ForwardBuffers& b) {
-  // W_h's rows are read with unit column stride.
-  const at::Tensor w = weights.stride(1) == 1 ? weights : weights.contiguous();
-  const at::Tensor bias_c = bias.contiguous();
-  const at::Tensor h0_c = h0.contiguous();
-  const at::Tensor c0_c = c0.contiguous();
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, w.scalar_type(), "lltm_sequence_cuda", [&] {
-        cuda::SequenceForwardArgs<kernel_t<scalar_t>> args{};
-        args.gates = out<scalar_t>(b.gates);
-        args.w = in<scalar_t>(w);
-        args.ld_w = w.stride(0);
-        args.bias = in<scalar_t>(bias_c);
-        args.h0 = in<scalar_t>(h0_c);
-        args.c0 = in<scalar_t>(c0_c);
-        args.output = out<scalar_t>(b.output);
-        args.cells = out_or_null<scalar_t>(b.cells);
-        args.h_n = out<scalar_t>(b.h_n);
-        args.c_n = out<scalar_t>(b.c_n);
-        args.steps = sizes.steps;
-        args.batch = sizes.batch;
-        args.state = sizes.state_size;
-        C10_CUDA_CHECK(cuda::launch_sequence_forward(args, stream));
-      });
-}
-
-Result sequence_cuda(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& h0,
-    const at::Tensor& c0) {
-  constexpr const char* op = "lltm::sequence";
-  const Sizes sizes = check_forward_args(input, weights, bias, h0, c0, op);
-  const c10::cuda::CUDAGuard device_guard(input.device());
-  const Path path = choose_path(sizes, input.scalar_type(), false, op);
-  if (path != Path::kPersistent) {
-    return sequence_steps(sizes, input, weights, bias, h0, c0, loops_of(path));
+struct Cuda {
+  using Guard = c10::cuda::CUDAGuard;
+  static const StepLoops& loops(
+      const Sizes& sizes,
+      at::ScalarType dtype,
+      bool backward,
+      const char* op) {
+    static constexpr StepLoops kPersistent{
+        &persistent_forward, &persistent_backward};
+    static constexpr StepLoops kFused{&fused_forward, &fused_backward};
+    static constexpr StepLoops kSteps{&steps_forward, &steps_backward};
+    switch (choose_path(sizes, dtype, backward, op)) {
+      case Path::kPersistent:
+        return kPersistent;
+      case Path::kFused:
+        return kFused;
+      default:
+        return kSteps;
+    }
   }
-  ForwardBuffers b = prepare_forward(sizes, input, weights, /*save=*/false);
-  persistent_forward(sizes, weights, bias, h0, c0, b);
-  return {b.output, b.h_n, b.c_n};
-}
-
-ForwardResult sequence_forward_cuda(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& h0,
-    const at::Tensor& c0) {
-  constexpr const char* op = "lltm::sequence_forward";
-  const Sizes sizes = check_forward_args(input, weights, bias, h0, c0, op);
-  const c10::cuda::CUDAGuard device_guard(input.device());
-  const Path path = choose_path(sizes, input.scalar_type(), false, op);
-  if (path != Path::kPersistent) {
-    return sequence_forward_steps(
-        sizes, input, weights, bias, h0, c0, loops_of(path));
-  }
-  ForwardBuffers b = prepare_forward(sizes, input, weights, /*save=*/true);
-  persistent_forward(sizes, weights, bias, h0, c0, b);
-  return {b.output, b.h_n, b.c_n, b.cells, b.gates};
-}
-
-BackwardResult sequence_backward_cuda(
-    const std::optional<at::Tensor>& grad_output,
-    const std::optional<at::Tensor>& grad_h_n,
-    const std::optional<at::Tensor>& grad_c_n,
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& h0,
-    const at::Tensor& output,
-    const at::Tensor& cells,
-    const at::Tensor& gates,
-    OutputMask mask) {
-  constexpr const char* op = "lltm::sequence_backward";
-  const Sizes sizes = check_backward_args(
-      grad_output,
-      grad_h_n,
-      grad_c_n,
-      input,
-      weights,
-      h0,
-      output,
-      cells,
-      gates);
-  const c10::cuda::CUDAGuard device_guard(input.device());
-  const at::Tensor cells_c = cells.contiguous();
-  const at::Tensor gates_c = gates.contiguous();
-  const Path path = choose_path(sizes, input.scalar_type(), true, op);
-  if (path != Path::kPersistent) {
-    return sequence_backward_steps(
-        sizes,
-        grad_output,
-        grad_h_n,
-        grad_c_n,
-        input,
-        weights,
-        h0,
-        output,
-        cells_c,
-        gates_c,
-        mask,
-        loops_of(path));
-  }
-  const auto options = gates.options();
-  const int64_t B = sizes.batch;
-  const int64_t S = sizes.state_size;
-  at::Tensor d_gates = at::empty(gates.sizes(), options);
-  at::Tensor d_h0;
-  at::Tensor d_c0;
-  if (mask[3]) {
-    d_h0 = at::empty({B, S}, options);
-  }
-  if (mask[4]) {
-    d_c0 = at::empty({B, S}, options);
-  }
-  const at::Tensor w = weights.stride(1) == 1 ? weights : weights.contiguous();
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf,
-      at::kBFloat16,
-      w.scalar_type(),
-      "lltm_sequence_backward_cuda",
-      [&] {
-        cuda::SequenceBackwardArgs<kernel_t<scalar_t>> args{};
-        args.grad_output = strided3<scalar_t>(grad_output);
-        args.grad_h_n = strided<scalar_t>(grad_h_n);
-        args.grad_c_n = strided<scalar_t>(grad_c_n);
-        args.w = in<scalar_t>(w);
-        args.ld_w = w.stride(0);
-        args.cells = in<scalar_t>(cells_c);
-        args.gates = in<scalar_t>(gates_c);
-        args.d_gates = out<scalar_t>(d_gates);
-        args.d_h0 = out_or_null<scalar_t>(d_h0);
-        args.d_c0 = out_or_null<scalar_t>(d_c0);
-        args.steps = sizes.steps;
-        args.batch = B;
-        args.state = S;
-        // dc, the running cell gradient, from the caching allocator.
-        const at::Tensor workspace = at::empty(
-            {static_cast<int64_t>(
-                cuda::sequence_backward_workspace_size(args))},
-            options.dtype(at::kByte));
-        C10_CUDA_CHECK(
-            cuda::launch_sequence_backward(
-                args, workspace.mutable_data_ptr(), stream));
-      });
-  return finish_backward(
-      sizes,
-      d_gates,
-      input,
-      weights,
-      h0,
-      output,
-      d_c0,
-      mask,
-      mask[3] ? std::optional<at::Tensor>(d_h0) : std::nullopt);
-}
+};
 
 } // namespace
 } // namespace lltm::sequence
 
 TORCH_LIBRARY_IMPL(lltm, CUDA, m) {
-  m.impl("sequence", &lltm::sequence::sequence_cuda);
-  m.impl("sequence_forward", &lltm::sequence::sequence_forward_cuda);
-  m.impl("sequence_backward", &lltm::sequence::sequence_backward_cuda);
+  using lltm::sequence::Cuda;
+  using lltm::sequence::sequence_forward_kernel;
+  m.impl("sequence", &sequence_forward_kernel<Cuda, false>);
+  m.impl("sequence_forward", &sequence_forward_kernel<Cuda, true>);
+  m.impl("sequence_backward", &lltm::sequence::sequence_backward_kernel<Cuda>);
 }
