@@ -124,6 +124,46 @@ void check_shape(
       shape_str(arg.tensor.sizes()));
 }
 
+Arg optional_arg(const std::optional<at::Tensor>& t, const char* name) {
+  static const at::Tensor none;
+  return {t ? *t : none, name};
+}
+
+void check_given_like(
+    const char* op,
+    const Arg& like,
+    std::initializer_list<Arg> args) {
+  for (const Arg& arg : args) {
+    if (arg.tensor.defined()) {
+      check_dtypes_and_devices(op, {like, arg});
+    }
+  }
+}
+
+void check_dims(
+    const char* op,
+    std::initializer_list<Arg> args,
+    int64_t dim,
+    const char* layout) {
+  for (const Arg& arg : args) {
+    if (arg.tensor.defined()) {
+      check_dim(op, arg, dim, layout);
+    }
+  }
+}
+
+void check_shapes(
+    const char* op,
+    std::initializer_list<Arg> args,
+    c10::IntArrayRef expected,
+    const char* layout) {
+  for (const Arg& arg : args) {
+    if (arg.tensor.defined()) {
+      check_shape(op, arg, expected, layout);
+    }
+  }
+}
+
 void check_bias(const char* op, const at::Tensor& bias, int64_t state_size) {
   const int64_t G = 3 * state_size;
   const bool bias_ok = (bias.dim() == 1 && bias.size(0) == G) ||
@@ -229,15 +269,16 @@ Sizes check_backward_args(
        gate_weights_arg,
        weights_arg});
 
-  for (const Arg& arg :
-       {grad_h_arg,
-        grad_cell_arg,
-        new_cell_arg,
-        input_gate_arg,
-        output_gate_arg,
-        candidate_cell_arg}) {
-    check_2d(op, arg, "[batch, state_size]");
-  }
+  checks::check_dims(
+      op,
+      {grad_h_arg,
+       grad_cell_arg,
+       new_cell_arg,
+       input_gate_arg,
+       output_gate_arg,
+       candidate_cell_arg},
+      2,
+      "[batch, state_size]");
   check_2d(op, X_arg, "[batch, state_size + input_features]");
   check_2d(op, gate_weights_arg, "[batch, 3 * state_size]");
   check_2d(op, weights_arg, "[3 * state_size, state_size + input_features]");
@@ -254,14 +295,15 @@ Sizes check_backward_args(
       std::to_string(S),
       " columns, but got ",
       shape_str(X.sizes()));
-  for (const Arg& arg :
-       {grad_cell_arg,
-        new_cell_arg,
-        input_gate_arg,
-        output_gate_arg,
-        candidate_cell_arg}) {
-    check_shape(op, arg, {B, S}, "[batch, state_size]");
-  }
+  checks::check_shapes(
+      op,
+      {grad_cell_arg,
+       new_cell_arg,
+       input_gate_arg,
+       output_gate_arg,
+       candidate_cell_arg},
+      {B, S},
+      "[batch, state_size]");
   check_shape(op, X_arg, {B, S + F}, "[batch, state_size + input_features]");
   check_shape(op, gate_weights_arg, {B, 3 * S}, "[batch, 3 * state_size]");
   check_shape(
@@ -284,17 +326,12 @@ Sizes check_cell_backward_args(
   const Arg new_cell_arg{new_cell, "new_cell"};
   const Arg gates_arg{gates, "gates"};
   const Arg weights_arg{weights, "weights"};
-  // The optional tensors take part in the checks only when given.
-  const at::Tensor none;
-  const Arg grad_h_arg{grad_h ? *grad_h : none, "grad_h"};
-  const Arg grad_cell_arg{grad_cell ? *grad_cell : none, "grad_cell"};
-  const Arg X_arg{X ? *X : none, "X"};
+  const Arg grad_h_arg = checks::optional_arg(grad_h, "grad_h");
+  const Arg grad_cell_arg = checks::optional_arg(grad_cell, "grad_cell");
+  const Arg X_arg = checks::optional_arg(X, "X");
   check_dtypes_and_devices(op, {new_cell_arg, gates_arg, weights_arg});
-  for (const Arg& arg : {grad_h_arg, grad_cell_arg, X_arg}) {
-    if (arg.tensor.defined()) {
-      check_dtypes_and_devices(op, {new_cell_arg, arg});
-    }
-  }
+  checks::check_given_like(
+      op, new_cell_arg, {grad_h_arg, grad_cell_arg, X_arg});
   TORCH_CHECK_VALUE(
       !output_mask[1] || X_arg.tensor.defined(),
       op,
@@ -319,17 +356,13 @@ Sizes check_cell_backward_args(
       std::to_string(S),
       " columns, but got ",
       shape_str(weights.sizes()));
-  for (const Arg& arg : {grad_h_arg, grad_cell_arg}) {
-    if (arg.tensor.defined()) {
-      check_2d(op, arg, "[batch, state_size]");
-      check_shape(op, arg, {B, S}, "[batch, state_size]");
-    }
-  }
+  checks::check_dims(op, {grad_h_arg, grad_cell_arg}, 2, "[batch, state_size]");
+  checks::check_shapes(
+      op, {grad_h_arg, grad_cell_arg}, {B, S}, "[batch, state_size]");
   check_shape(op, gates_arg, {B, 3 * S}, "[batch, 3 * state_size]");
-  if (X_arg.tensor.defined()) {
-    check_2d(op, X_arg, "[batch, state_size + input_features]");
-    check_shape(op, X_arg, {B, S + F}, "[batch, state_size + input_features]");
-  }
+  checks::check_dims(op, {X_arg}, 2, "[batch, state_size + input_features]");
+  checks::check_shapes(
+      op, {X_arg}, {B, S + F}, "[batch, state_size + input_features]");
   return Sizes{B, F, S};
 }
 

@@ -143,6 +143,28 @@ void check_shape(
     c10::IntArrayRef expected,
     const char* layout);
 
+// An argument that may be None: it takes part in the checks below only when
+// given (else its tensor is undefined).
+Arg optional_arg(const std::optional<at::Tensor>& t, const char* name);
+
+// Each given one of args has the dtype and device of `like`.
+void check_given_like(
+    const char* op,
+    const Arg& like,
+    std::initializer_list<Arg> args);
+
+// check_dim and check_shape of each given one of args.
+void check_dims(
+    const char* op,
+    std::initializer_list<Arg> args,
+    int64_t dim,
+    const char* layout);
+void check_shapes(
+    const char* op,
+    std::initializer_list<Arg> args,
+    c10::IntArrayRef expected,
+    const char* layout);
+
 // bias is [3 * state_size] or [1, 3 * state_size].
 void check_bias(const char* op, const at::Tensor& bias, int64_t state_size);
 

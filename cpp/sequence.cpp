@@ -78,32 +78,19 @@ Sizes check_backward_args(
   const Arg output_arg{output, "output"};
   const Arg cells_arg{cells, "cells"};
   const Arg gates_arg{gates, "gates"};
-  // The optional tensors take part in the checks only when given.
-  const at::Tensor none;
-  const Arg grad_output_arg{grad_output ? *grad_output : none, "grad_output"};
-  const Arg grad_h_n_arg{grad_h_n ? *grad_h_n : none, "grad_h_n"};
-  const Arg grad_c_n_arg{grad_c_n ? *grad_c_n : none, "grad_c_n"};
+  const Arg grad_output_arg = checks::optional_arg(grad_output, "grad_output");
+  const Arg grad_h_n_arg = checks::optional_arg(grad_h_n, "grad_h_n");
+  const Arg grad_c_n_arg = checks::optional_arg(grad_c_n, "grad_c_n");
   check_dtypes_and_devices(
       op, {input_arg, weights_arg, h0_arg, output_arg, cells_arg, gates_arg});
-  for (const Arg& arg : {grad_output_arg, grad_h_n_arg, grad_c_n_arg}) {
-    if (arg.tensor.defined()) {
-      check_dtypes_and_devices(op, {input_arg, arg});
-    }
-  }
+  checks::check_given_like(
+      op, input_arg, {grad_output_arg, grad_h_n_arg, grad_c_n_arg});
   check_dim(op, input_arg, 3, kSteps);
   check_dim(op, h0_arg, 2, kState);
   check_dim(op, weights_arg, 2, kWeights);
-  for (const Arg& arg : {output_arg, cells_arg, grad_output_arg}) {
-    if (arg.tensor.defined()) {
-      check_dim(op, arg, 3, kStates);
-    }
-  }
+  checks::check_dims(op, {output_arg, cells_arg, grad_output_arg}, 3, kStates);
   check_dim(op, gates_arg, 3, kGates);
-  for (const Arg& arg : {grad_h_n_arg, grad_c_n_arg}) {
-    if (arg.tensor.defined()) {
-      check_dim(op, arg, 2, kState);
-    }
-  }
+  checks::check_dims(op, {grad_h_n_arg, grad_c_n_arg}, 2, kState);
   const Sizes sizes{input.size(0), input.size(1), input.size(2), h0.size(1)};
   const int64_t T = sizes.steps;
   const int64_t B = sizes.batch;
@@ -111,17 +98,10 @@ Sizes check_backward_args(
   const int64_t F = sizes.input_features;
   check_shape(op, h0_arg, {B, S}, kState);
   check_shape(op, weights_arg, {3 * S, S + F}, kWeights);
-  for (const Arg& arg : {output_arg, cells_arg, grad_output_arg}) {
-    if (arg.tensor.defined()) {
-      check_shape(op, arg, {T, B, S}, kStates);
-    }
-  }
+  checks::check_shapes(
+      op, {output_arg, cells_arg, grad_output_arg}, {T, B, S}, kStates);
   check_shape(op, gates_arg, {T, B, 3 * S}, kGates);
-  for (const Arg& arg : {grad_h_n_arg, grad_c_n_arg}) {
-    if (arg.tensor.defined()) {
-      check_shape(op, arg, {B, S}, kState);
-    }
-  }
+  checks::check_shapes(op, {grad_h_n_arg, grad_c_n_arg}, {B, S}, kState);
   return sizes;
 }
 
