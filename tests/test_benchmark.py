@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import lltm
+from helpers import run_python
 from lltm import benchmark
 from lltm.benchmark import cell
 from lltm.benchmark import sequence as seq
@@ -27,14 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 
 def run_benchmark(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lltm.benchmark", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-        env=os.environ.copy(),
-    )
+    return run_python("-m", "lltm.benchmark", *args)
 
 
 def test_json_report_of_a_sweep() -> None:

@@ -13,6 +13,7 @@ LLTM_HYPOTHESIS_PROFILE picks the number of examples: ``ci`` (the default:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -22,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lltm
-from helpers import DEVICES, TOLERANCES, assert_close_to_reference
+from helpers import DEVICES, TOLERANCES, assert_close_to_reference, input_shapes
 from lltm.reference import lltm_layer_reference, lltm_reference
 
 SCALE = {"ci": 1, "gpu": 10, "dev": 0.1}[os.environ.get("LLTM_HYPOTHESIS_PROFILE", "ci")]
@@ -34,6 +35,17 @@ COMMON = {
     "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     "database": None,
 }
+
+
+def on_each_device(examples: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A property test (under ``@given``) run on each device with ``examples`` examples."""
+
+    def wrap(test: Callable[..., None]) -> Callable[..., None]:
+        with_settings = settings(max_examples=examples, **COMMON)(test)
+        return pytest.mark.parametrize("device", DEVICES)(with_settings)
+
+    return wrap
+
 
 DTYPES = st.sampled_from([torch.float64, torch.float32, torch.bfloat16, torch.float16])
 LAYOUTS = st.sampled_from(["contiguous", "transposed", "sliced", "expanded"])
@@ -62,8 +74,7 @@ def _tolerance_dtype(dtype: torch.dtype) -> torch.dtype:
     return dtype if dtype in TOLERANCES else torch.float32
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@settings(max_examples=CELL_EXAMPLES, **COMMON)
+@on_each_device(CELL_EXAMPLES)
 @given(
     batch=st.integers(0, 7),
     features=st.integers(0, 6),
@@ -83,9 +94,7 @@ def test_cell_matches_the_reference(
     layouts: list[str],
     seed: int,
 ) -> None:
-    bias_shape = (3 * state,) if bias_1d else (1, 3 * state)
-    shapes = [(batch, features), (3 * state, state + features), bias_shape, (batch, state)]
-    shapes.append((batch, state))
+    shapes = input_shapes(batch, features, state, bias_1d=bias_1d)
     args = [
         _make(shape, layout, dtype, device, seed + i).requires_grad_()
         for i, (shape, layout) in enumerate(zip(shapes, layouts, strict=True))
@@ -106,8 +115,7 @@ def test_cell_matches_the_reference(
         assert_close_to_reference(g.to(_tolerance_dtype(dtype)), w)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@settings(max_examples=LAYER_EXAMPLES, **COMMON)
+@on_each_device(LAYER_EXAMPLES)
 @given(
     steps=st.integers(0, 4),
     batch=st.integers(0, 4),

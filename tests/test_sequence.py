@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import lltm
-from helpers import assert_close_to_reference
+from helpers import assert_close_to_reference, input_shapes
 from lltm.reference import lltm_layer_reference, lltm_sequence_reference
 
 CUDA_PATHS = ("persistent", "fused", "steps")
@@ -46,24 +46,15 @@ def device(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
 
 
 def make_sequence(
-    steps: int,
-    batch: int,
-    features: int,
-    state: int,
-    *,
-    device: str = "cpu",
-    dtype: torch.dtype = torch.float64,
-    requires_grad: bool = True,
+    *size: int, device: str = "cpu", dtype: torch.dtype = torch.float64, requires_grad: bool = True
 ) -> list[torch.Tensor]:
-    """``[input, weights, bias, h0, c0]``, with weights scaled so that a long sequence stays tame."""
+    """``[input, weights, bias, h0, c0]`` of ``size`` = ``(steps, batch, features, state)``.
+
+    The weights are scaled so that a long sequence stays tame.
+    """
+    steps, batch, features, state = size
     gen = torch.Generator().manual_seed(steps * 1000 + batch * 100 + features * 10 + state)
-    shapes = [
-        (steps, batch, features),
-        (3 * state, state + features),
-        (1, 3 * state),
-        (batch, state),
-        (batch, state),
-    ]
+    shapes = input_shapes(batch, features, state, steps=steps)
     scales = [1.0, 1.0 / max(1, state + features) ** 0.5, 0.5, 1.0, 1.0]
     return [
         (torch.randn(shape, generator=gen, dtype=torch.float64) * scale)
