@@ -130,7 +130,7 @@ _CELL_DEFAULTS: dict[str, Any] = {
     "max_runs": 1000,
 }
 _SEQUENCE_DEFAULTS: dict[str, Any] = {"seconds": 2.0, "warmup": 3, "rounds": 5, "max_runs": 1000}
-_SWEEP_DEFAULTS: dict[str, Any] = {"seconds": 0.5, "warmup": 2, "rounds": 3, "max_runs": 200}
+_SWEEP_DEFAULTS = {k: seq.SWEEP_OPTIONS[k] for k in ("seconds", "warmup", "rounds", "max_runs")}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

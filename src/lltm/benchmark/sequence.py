@@ -67,6 +67,7 @@ __all__ = [
     "SPEEDUP_GOAL_WORST",
     "SWEEP_BATCHES",
     "SWEEP_FS",
+    "SWEEP_OPTIONS",
     "SWEEP_STEPS",
     "SWEEP_VARIANTS",
     "VARIANTS",
@@ -99,6 +100,15 @@ SWEEP_STEPS = (16, 64, 128, 512)
 SWEEP_BATCHES = (1, 16, 64, 256, 1024, 4096)
 SWEEP_FS = ((32, 128), (128, 256), (256, 512))
 SWEEP_VARIANTS = ("layer", "nn.LSTM")
+# run_sequence's options in a sweep: a short budget per point, for its hundreds of points.
+SWEEP_OPTIONS: dict[str, Any] = {
+    "runs": None,
+    "seconds": 0.5,
+    "min_runs": 3,
+    "max_runs": 200,
+    "warmup": 2,
+    "rounds": 3,
+}
 # Issue 12's goals: at least 1.0x everywhere, a median of 1.3x, and eager wall
 # time at most 1.15x the CUDA-graph replay's.
 SPEEDUP_GOAL_WORST, SPEEDUP_GOAL_MEDIAN, HOST_RATIO_GOAL = 1.0, 1.3, 1.15
@@ -763,25 +773,22 @@ def run_sweep(
     device: str | torch.device = "cpu",
     *,
     variants: Sequence[str] = SWEEP_VARIANTS,
-    runs: int | None = None,
-    seconds: float = 0.5,
-    min_runs: int = 3,
-    max_runs: int = 200,
-    warmup: int = 2,
-    rounds: int = 3,
-    gpu_time: bool = True,
-    launches: bool = False,
     progress: bool = True,
     on_point: Callable[[list[dict[str, Any]]], None] | None = None,
+    **options: Any,
 ) -> list[dict[str, Any]]:
     """Time the variants at every point of ``steps`` x ``batches`` x ``fs`` x ``precisions``.
 
-    Each point is :func:`run_sequence` with a budget of ``seconds`` for its
-    timed runs (``min_runs`` at least); progress goes to stderr, one line per
-    point, and ``on_point`` gets the rows so far after each point (to save
-    them: a sweep cut short by a timeout keeps what it measured). Returns the
-    rows of every point, as :func:`run_sequence` does.
+    Each point is :func:`run_sequence` with ``options`` (its ``runs``,
+    ``seconds``, ``min_runs``, ``max_runs``, ``warmup``, ``rounds``,
+    ``gpu_time`` and ``launches``), by default those of
+    :data:`SWEEP_OPTIONS`: a budget of ``seconds`` for the timed runs of each
+    point. Progress goes to stderr, one line per point, and ``on_point`` gets
+    the rows so far after each point (to save them: a sweep cut short by a
+    timeout keeps what it measured). Returns the rows of every point, as
+    :func:`run_sequence` does.
     """
+    options = {**SWEEP_OPTIONS, **options}
     points = [(p, f, s, t, b) for p in precisions for f, s in fs for t in steps for b in batches]
     results: list[dict[str, Any]] = []
     start = time.perf_counter()
@@ -793,16 +800,9 @@ def run_sweep(
             s,
             device=device,
             precision=p,
-            runs=runs,
-            seconds=seconds,
-            min_runs=min_runs,
-            max_runs=max_runs,
-            warmup=warmup,
-            rounds=rounds,
             variants=variants,
-            gpu_time=gpu_time,
-            launches=launches,
             progress=False,
+            **options,
         )
         results += rows
         if on_point is not None:
@@ -838,6 +838,14 @@ def _num(value: float | None, spec: str = ".3f") -> str:
     return format(value, spec) if value is not None else "-"
 
 
+def _cells(r: dict[str, Any]) -> tuple[str, str, str, str]:
+    """A row's size, precision, host ratio and kernel count, as both tables print them."""
+    size = f"{r['steps']},{r['batch']},{r['features']},{r['state']}"
+    host = f"{r['host_ratio']:.2f}" if r.get("host_ratio") is not None else "-"
+    kernels = str(r["launches"]) if r.get("launches") is not None else "-"
+    return size, r.get("precision", r["dtype"]), host, kernels
+
+
 def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
     """Render :func:`run_sequence`'s results as a fixed-width table."""
     with_launches = any(r.get("launches") is not None for r in results)
@@ -849,19 +857,18 @@ def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
         header += f"{'kernels':>9}"
     lines = [header, "-" * len(header)]
     for r in results:
-        size = f"{r['steps']},{r['batch']},{r['features']},{r['state']}"
-        prefix = f"{size:<18}{r.get('precision', r['dtype']):<18}{r['variant']:<18}"
+        size, precision, host, kernels = _cells(r)
+        prefix = f"{size:<18}{precision:<18}{r['variant']:<18}"
         if "error" in r:
             lines.append(f"{prefix}  n/a: {r['error']}")
             continue
-        host = f"{r['host_ratio']:.2f}" if r.get("host_ratio") is not None else "-"
         line = (
             f"{prefix}{r['median_ms']:>10.3f}{r['min_ms']:>10.3f}{_num(r.get('gpu_ms')):>10}"
             f"{host:>8}{_ratio(r.get('vs_lstm')):>9}{_ratio(r.get('gpu_vs_lstm')):>8}"
             f"{_ratio(r.get('vs_loop_lltm')):>9}{r.get('runs', '-'):>6}"
         )
         if with_launches:
-            line += f"{r['launches'] if r.get('launches') is not None else '-':>9}"
+            line += f"{kernels:>9}"
         lines.append(line)
     errors = sorted(
         {
@@ -890,17 +897,13 @@ def format_sequence_markdown(results: Sequence[dict[str, Any]]) -> str:
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
-        size = f"{r['steps']},{r['batch']},{r['features']},{r['state']}"
-        head = f"| {size} | {r.get('precision', r['dtype'])} | {r['variant']} |"
-        if "error" in r:
-            lines.append(f"{head} n/a | | | | | |")
-            continue
-        host = f"{r['host_ratio']:.2f}" if r.get("host_ratio") is not None else "-"
-        kernels = r.get("launches")
+        size, precision, host, kernels = _cells(r)
+        head = f"| {size} | {precision} | {r['variant']} |"
         lines.append(
-            f"{head} {r['median_ms']:.3f} | {_num(r.get('gpu_ms'))} | {host} | "
-            f"{_ratio(r.get('vs_lstm'))} | {_ratio(r.get('gpu_vs_lstm'))} | "
-            f"{kernels if kernels is not None else '-'} |"
+            f"{head} n/a | | | | | |"
+            if "error" in r
+            else f"{head} {r['median_ms']:.3f} | {_num(r.get('gpu_ms'))} | {host} | "
+            f"{_ratio(r.get('vs_lstm'))} | {_ratio(r.get('gpu_vs_lstm'))} | {kernels} |"
         )
     return "\n".join(lines)
 
