@@ -16,8 +16,9 @@ Each input is what ``python -m lltm.benchmark --json`` writes, or what
   per precision, as the goals want), as the speedup tables of the layer over
   nn.LSTM (rows T, columns B), the worst and median speedup, the GPU time per
   step and the host ratio. ``--plot`` draws their heat map (``--plot-gpu``
-  the same on GPU times) and ``--json`` writes them as one report. The sequence reports need lltm importable (they
-  use :mod:`lltm._sequence_benchmark`).
+  the same on GPU times) and ``--json`` writes them as one report. The
+  sequence reports need lltm importable (they use
+  :mod:`lltm.benchmark.sequence`).
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
                 sweep_rows += rows
                 sweep_configs.append(config)
             elif mode == "sequence":
-                from lltm._sequence_benchmark import format_sequence_markdown  # noqa: PLC0415
+                from lltm.benchmark.sequence import format_sequence_markdown  # noqa: PLC0415
 
                 print(f"\n**The layer over whole sequences** ({_origin(config)})\n")
                 print(format_sequence_markdown(rows))
@@ -111,10 +112,10 @@ def main(argv: list[str] | None = None) -> None:
                 print(cell_tables(report))
     if (args.plot or args.plot_gpu or args.json) and not sweep_rows:
         parser.error(
-            "--plot, --plot-gpu and --json need sweep reports (python -m lltm.benchmark --sweep)"
+            "--plot, --plot-gpu and --json need sweep reports (python -m lltm.benchmark --sequence --sweep)"
         )
     if sweep_rows:
-        from lltm import _sequence_benchmark as seq  # noqa: PLC0415
+        from lltm.benchmark import sequence as seq  # noqa: PLC0415
 
         origins = sorted({_origin(c) for c in sweep_configs})
         print(f"\n**The sweep** ({'; '.join(origins)})\n")

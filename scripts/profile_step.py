@@ -17,7 +17,7 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from lltm.benchmark import DTYPES, Problem, _Case
+from lltm.benchmark.cell import DTYPES, Problem, _Case
 
 STEPS = 20
 

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -32,18 +38,22 @@ def make_inputs(
     requires_grad: bool = False,
 ) -> list[torch.Tensor]:
     """``[input, weights, bias, old_h, old_cell]`` drawn from N(0, 1)."""
-    bias_shape = (3 * state,) if bias_1d else (1, 3 * state)
-    shapes = [
-        (batch, features),
-        (3 * state, state + features),
-        bias_shape,
-        (batch, state),
-        (batch, state),
-    ]
     return [
         torch.randn(shape, device=device, dtype=dtype).requires_grad_(requires_grad)
-        for shape in shapes
+        for shape in input_shapes(batch, features, state, bias_1d=bias_1d)
     ]
+
+
+def input_shapes(
+    batch: int, features: int, state: int, *, steps: int | None = None, bias_1d: bool = False
+) -> list[tuple[int, ...]]:
+    """The shapes of a cell's ``[input, weights, bias, old_h, old_cell]``.
+
+    With ``steps``, of a sequence's ``[input, weights, bias, h0, c0]``.
+    """
+    x = (batch, features) if steps is None else (steps, batch, features)
+    bias = (3 * state,) if bias_1d else (1, 3 * state)
+    return [x, (3 * state, state + features), bias, (batch, state), (batch, state)]
 
 
 def assert_close_to_reference(got: torch.Tensor, want: torch.Tensor) -> None:
@@ -76,3 +86,25 @@ def lltm_step(args: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     new_h, new_cell = lltm.lltm(*args)
     grads = torch.autograd.grad(new_h.sum() + 2 * new_cell.sum(), args)
     return new_h, new_cell, *grads
+
+
+def run_python(
+    *args: str | Path,
+    env: Mapping[str, str | None] | None = None,
+    cwd: str | Path | None = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` with this interpreter in a subprocess, its output captured as text.
+
+    ``env`` sets variables over this process's environment; None unsets one.
+    """
+    environ = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+        cwd=cwd,
+        env={k: v for k, v in environ.items() if v is not None},
+    )

@@ -12,14 +12,13 @@ crash on a bad input fails their tests rather than killing pytest.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from functools import cache
 from pathlib import Path
 
 import pytest
 
 import bad_inputs
+from helpers import run_python
 
 HERE = Path(__file__).parent
 
@@ -34,13 +33,7 @@ def group_of(entry: str) -> str:
 @cache
 def run_group(group: str) -> dict[str, object]:
     entries = [e for e in bad_inputs.ENTRIES if group_of(e) == group]
-    result = subprocess.run(
-        [sys.executable, str(HERE / "bad_inputs.py"), *entries],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
-    )
+    result = run_python(HERE / "bad_inputs.py", *entries, timeout=900)
     reports = {r["entry"]: r for r in map(json.loads, result.stdout.strip().splitlines())}
     return {"returncode": result.returncode, "stderr": result.stderr, "reports": reports}
 

@@ -18,22 +18,17 @@ import pytest
 import torch
 
 import lltm
-from lltm import _sequence_benchmark as seq
+from helpers import run_python
 from lltm import benchmark
+from lltm.benchmark import cell
+from lltm.benchmark import sequence as seq
 
 # scripts/bench_tables.py, imported as a module by the sweep test.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 
 def run_benchmark(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lltm.benchmark", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-        env=os.environ.copy(),
-    )
+    return run_python("-m", "lltm.benchmark", *args)
 
 
 def test_json_report_of_a_sweep() -> None:
@@ -98,17 +93,17 @@ def test_parse_errors_name_the_option(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_saved_bytes_per_variant() -> None:
     """The saved-bytes figure counts what autograd keeps beyond inputs and parameters."""
-    p = benchmark.Problem(8, 6, 16, torch.float32, torch.device("cpu"), "all")
-    lltm_case = benchmark._Case("lltm", p)
+    p = cell.Problem(8, 6, 16, torch.float32, torch.device("cpu"), "all")
+    lltm_case = cell._Case("lltm", p)
     # new_cell, the activations and X.
     assert lltm_case.saved_bytes() == 4 * (8 * 16 + 3 * 8 * 16 + 8 * (16 + 6))
-    assert benchmark._Case("loss", p).saved_bytes() is None
+    assert cell._Case("loss", p).saved_bytes() is None
 
 
 def test_plot(tmp_path: os.PathLike[str]) -> None:
     pytest.importorskip("matplotlib")
     results = [
-        benchmark.Result(
+        cell.Result(
             variant=v,
             batch=b,
             features=3,
@@ -125,7 +120,7 @@ def test_plot(tmp_path: os.PathLike[str]) -> None:
         for b in (1, 10)
     ]
     path = f"{tmp_path}/plot.png"
-    benchmark.plot(results, path)
+    cell.plot(results, path)
     with open(path, "rb") as f:  # noqa: PTH123
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
@@ -387,12 +382,18 @@ def test_sequence_sizes_with_their_own_steps(capsys: pytest.CaptureFixture[str])
         (["--sequence", "8", "--precision", "float8"], r"--precision: unknown float8"),
         (["--sequence", "8", "--variants", "layer,lstm"], r"--variants: unknown lstm; with"),
         (["--sequence", "8", "--sizes", "2x1x3x4"], r"--sequence 8 and --sizes STEPSx"),
+        (["--sequence", "8", "-s", "4", "--sizes", "2x3x4"], r"--state-size and --sizes: give"),
+        (["--sequence", "8", "--warmup", "0"], r"--warmup 0 with --sequence: every variant's"),
+        (["--sequence", "8", "--variants", "lltm"], r"--variants: unknown lltm; with --sequence"),
         (["--sequence", "--sweep", "--fs", "32"], r"expected FEATURESxSTATE"),
         (["--sequence", "--sweep", "--batches", "0"], r"expected positive integers"),
         (["--sequence", "--sweep", "--device", "cpu,cuda"], r"--sweep runs on one device"),
         (["--sweep"], r"--sweep: only with --sequence"),
         (["--precision", "float16"], r"--precision: only with --sequence"),
         (["--sizes", "2x1x3x4"], r"STEPSx\.\.\. only with --sequence"),
+        (["--no-gpu-time"], r"--no-gpu-time: only with --sequence"),
+        # The cell benchmark: -b/-f/-s and --sizes are one size or a list, not both.
+        (["-b", "4", "-f", "2", "--sizes", "2x3x4"], r"--batch-size, --features and --sizes: give"),
     ],
 )
 def test_sequence_flags_that_cannot_apply_are_refused(
@@ -401,6 +402,20 @@ def test_sequence_flags_that_cannot_apply_are_refused(
     with pytest.raises(SystemExit, match="2"):
         benchmark.parse_args(argv)
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_launches_without_a_gpu_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    for mode in ([], ["--sequence", "2", "--variants", "layer"]):
+        benchmark.main(
+            [
+                *mode,
+                *("-b", "2", "-f", "3", "-s", "4", "--device", "cpu", "--launches"),
+                *("--runs", "1", "--warmup", "1", "--rounds", "1", "--json", "-"),
+            ]
+        )
+        out, err = capsys.readouterr()
+        assert "note: --launches counts GPU operations: none on cpu" in err
+        assert all(r["launches"] is None for r in json.loads(out)["results"])
 
 
 def test_sequence_defaults_per_mode() -> None:
@@ -422,8 +437,8 @@ def test_sequence_defaults_per_mode() -> None:
     assert (sweep.warmup, sweep.rounds, sweep.seconds) == (2, 3, 0.5)
     # Given values are kept, not clamped.
     assert benchmark.parse_args(["--sequence", "8", "--warmup", "20"]).warmup == 20
-    cell = benchmark.parse_args(["--kernels"])
-    assert (cell.launches, cell.dtype, cell.warmup, cell.rounds) == (True, "float32", 20, 10)
+    step = benchmark.parse_args(["--kernels"])
+    assert (step.launches, step.dtype, step.warmup, step.rounds) == (True, "float32", 20, 10)
 
 
 def test_graph_time_cuda_calls_with_a_fake_torch_cuda(monkeypatch: pytest.MonkeyPatch) -> None:

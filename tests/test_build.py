@@ -6,9 +6,7 @@ import ast
 import ctypes
 import importlib.metadata
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import pytest
 import torch
 
 import lltm
+from helpers import make_inputs, run_python
 from lltm import _C
 from lltm._loader import mismatch_message
 
@@ -27,17 +26,6 @@ TORCH_RPATH = b"@loader_path/../torch/lib" if sys.platform == "darwin" else b"$O
 pytestmark = pytest.mark.skipif(
     lltm.build_info()["backend"] != "aot", reason="checks the prebuilt module (LLTM_BACKEND=jit)"
 )
-
-
-def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-        env={**os.environ, **env},
-    )
 
 
 def major_minor(version: str) -> str:
@@ -76,13 +64,7 @@ def test_torch_types_cross_the_binding() -> None:
     dtypes = _C.supported_dtypes()
     assert all(isinstance(d, torch.dtype) for d in dtypes)
     assert set(dtypes) == {torch.float32, torch.float64, torch.float16, torch.bfloat16}
-    inputs = [
-        torch.randn(2, 3),
-        torch.randn(12, 7),
-        torch.randn(1, 12),
-        torch.randn(2, 4),
-        torch.randn(2, 4),
-    ]
+    inputs = make_inputs(2, 3, 4)
     outputs = _C.forward(*inputs)
     assert all(type(o) is torch.Tensor for o in outputs)
     # A tensor subclass passes through as well (the caster accepts any Tensor).
@@ -91,12 +73,19 @@ def test_torch_types_cross_the_binding() -> None:
 
 
 def _stub_functions() -> dict[str, list[str]]:
+    """Each function's parameters; ``_forward_aten = forward`` gives an alias forward's."""
     tree = ast.parse(STUB.read_text())
-    return {
+    functions = {
         node.name: [a.arg for a in node.args.args]
         for node in tree.body
         if isinstance(node, ast.FunctionDef)
     }
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
+            for target in node.targets:
+                assert isinstance(target, ast.Name)
+                functions[target.id] = functions[node.value.id]
+    return functions
 
 
 def _stub_attributes() -> set[str]:
@@ -126,7 +115,7 @@ def test_requires_dist_pins_the_built_torch() -> None:
 
 
 def test_python_m_lltm_reports_build_and_backends() -> None:
-    result = run_python("import runpy; runpy.run_module('lltm', run_name='__main__')")
+    result = run_python("-c", "import runpy; runpy.run_module('lltm', run_name='__main__')")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["backend"] == "aot"
@@ -158,7 +147,7 @@ except ImportError as exc:
     print(exc)
     print("loaded _C:", "lltm._C" in sys.modules)
 """
-    result = run_python(code, LLTM_BACKEND="aot")
+    result = run_python("-c", code, env={"LLTM_BACKEND": "aot"})
     assert result.returncode == 0, result.stderr
     assert "lltm was built against torch 2.99.0" in result.stdout
     assert f"torch {torch.__version__} is installed" in result.stdout
@@ -176,7 +165,7 @@ import ctypes, sys
 ctypes.CDLL({str(so)!r})
 print("torch imported:", "torch" in sys.modules)
 """
-    result = run_python(code)
+    result = run_python("-c", code)
     assert result.returncode == 0, result.stderr
     assert "torch imported: False" in result.stdout
 

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -13,7 +10,7 @@ import pytest
 import torch
 
 import lltm
-from helpers import DEVICES, assert_close_to_reference, make_inputs, reference_step
+from helpers import DEVICES, assert_close_to_reference, make_inputs, reference_step, run_python
 
 NAMES = ("input", "weights", "bias", "old_h", "old_cell")
 
@@ -204,14 +201,12 @@ def test_every_cpu_capability(capability: str) -> None:
         pytest.skip("an x86-64 instruction set this processor lacks")
     if capability == "avx512" and torch.backends.cpu.get_cpu_capability() != "AVX512":
         pytest.skip("this processor lacks AVX-512")
-    result = subprocess.run(
-        [sys.executable, "-c", CAPABILITY_CHECK],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
+    result = run_python(
+        "-c",
+        CAPABILITY_CHECK,
+        env={"ATEN_CPU_CAPABILITY": capability},
         cwd=Path(__file__).parent,
-        env={**os.environ, "ATEN_CPU_CAPABILITY": capability},
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == capability.upper()

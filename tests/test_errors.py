@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import lltm
+from bad_inputs import BACKWARD, CELL
 from helpers import DEVICES, make_inputs
 from lltm import _C
 
@@ -29,10 +30,9 @@ FORWARDS: dict[str, tuple[Callable[..., Any], str]] = {
 
 
 def forward_args(**changes: torch.Tensor) -> list[torch.Tensor]:
-    names = ["input", "weights", "bias", "old_h", "old_cell"]
-    args = dict(zip(names, make_inputs(B, F, S), strict=True))
+    args = dict(zip(CELL, make_inputs(B, F, S), strict=True))
     args.update(changes)
-    return [args[n] for n in names]
+    return [args[n] for n in CELL]
 
 
 FORWARD_CASES = [
@@ -119,20 +119,10 @@ def test_forward_rejects(
 def backward_args(**changes: torch.Tensor) -> list[torch.Tensor]:
     inputs = make_inputs(B, F, S)
     saved = torch.ops.lltm.forward.default(*inputs)[1:]
-    names = [
-        "grad_h",
-        "grad_cell",
-        "new_cell",
-        "input_gate",
-        "output_gate",
-        "candidate_cell",
-        "X",
-        "gate_weights",
-        "weights",
-    ]
-    args = dict(zip(names, [torch.randn(B, S), torch.randn(B, S), *saved, inputs[1]], strict=True))
+    grads = [torch.randn(B, S), torch.randn(B, S)]
+    args = dict(zip(BACKWARD, [*grads, *saved, inputs[1]], strict=True))
     args.update(changes)
-    return [args[n] for n in names]
+    return [args[n] for n in BACKWARD]
 
 
 BACKWARD_CASES = [

@@ -7,8 +7,6 @@ with one their C++ runs concurrently.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import sysconfig
 import threading
@@ -17,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import make_inputs
+from helpers import make_inputs, run_python
 from lltm import _C
 
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
@@ -39,16 +37,8 @@ print(after_torch, sys._is_gil_enabled())
 
 
 def _probe(tmp_path: Path, **env: str) -> tuple[str, str]:
-    environ = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"} | env
-    result = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-        cwd=tmp_path,  # not the source tree: the installed lltm
-        env=environ,
-    )
+    # Not the source tree (cwd): the installed lltm.
+    result = run_python("-c", PROBE, env={"PYTHON_GIL": None, **env}, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr
     after_torch, after_lltm = result.stdout.split()[-2:]
     return after_torch, after_lltm

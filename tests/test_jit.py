@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 import lltm
-from helpers import make_inputs
+from helpers import make_inputs, run_python
 from lltm import _C, jit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,14 +52,7 @@ def extensions_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(code: str, *args: str | Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code, *map(str, args)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
-        env={**os.environ, "LLTM_BACKEND": "auto", **env},
-    )
+    return run_python("-c", code, *args, env={"LLTM_BACKEND": "auto", **env}, timeout=900)
 
 
 def build_info_of(result: subprocess.CompletedProcess[str]) -> dict[str, object]:

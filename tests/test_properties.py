@@ -13,6 +13,7 @@ LLTM_HYPOTHESIS_PROFILE picks the number of examples: ``ci`` (the default:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -22,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lltm
-from helpers import DEVICES, TOLERANCES, assert_close_to_reference
-from lltm.reference import lltm_reference
+from helpers import DEVICES, TOLERANCES, assert_close_to_reference, input_shapes
+from lltm.reference import lltm_layer_reference, lltm_reference
 
 SCALE = {"ci": 1, "gpu": 10, "dev": 0.1}[os.environ.get("LLTM_HYPOTHESIS_PROFILE", "ci")]
 CELL_EXAMPLES = max(1, int(300 * SCALE))
@@ -34,6 +35,17 @@ COMMON = {
     "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     "database": None,
 }
+
+
+def on_each_device(examples: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A property test (under ``@given``) run on each device with ``examples`` examples."""
+
+    def wrap(test: Callable[..., None]) -> Callable[..., None]:
+        with_settings = settings(max_examples=examples, **COMMON)(test)
+        return pytest.mark.parametrize("device", DEVICES)(with_settings)
+
+    return wrap
+
 
 DTYPES = st.sampled_from([torch.float64, torch.float32, torch.bfloat16, torch.float16])
 LAYOUTS = st.sampled_from(["contiguous", "transposed", "sliced", "expanded"])
@@ -62,8 +74,7 @@ def _tolerance_dtype(dtype: torch.dtype) -> torch.dtype:
     return dtype if dtype in TOLERANCES else torch.float32
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@settings(max_examples=CELL_EXAMPLES, **COMMON)
+@on_each_device(CELL_EXAMPLES)
 @given(
     batch=st.integers(0, 7),
     features=st.integers(0, 6),
@@ -83,9 +94,7 @@ def test_cell_matches_the_reference(
     layouts: list[str],
     seed: int,
 ) -> None:
-    bias_shape = (3 * state,) if bias_1d else (1, 3 * state)
-    shapes = [(batch, features), (3 * state, state + features), bias_shape, (batch, state)]
-    shapes.append((batch, state))
+    shapes = input_shapes(batch, features, state, bias_1d=bias_1d)
     args = [
         _make(shape, layout, dtype, device, seed + i).requires_grad_()
         for i, (shape, layout) in enumerate(zip(shapes, layouts, strict=True))
@@ -106,26 +115,7 @@ def test_cell_matches_the_reference(
         assert_close_to_reference(g.to(_tolerance_dtype(dtype)), w)
 
 
-def _reference_layer(
-    layer: lltm.LLTMLayer, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The layer in float64 as a loop of the reference cell over layers and steps."""
-    hs, cs = [], []
-    for k in range(layer.num_layers):
-        weights, bias = (p.detach().double() for p in layer.layer_parameters(k))
-        h, c = h0[k], c0[k]
-        outputs = []
-        for t in range(x.shape[0]):
-            h, c = lltm_reference(x[t], weights, bias, h, c)
-            outputs.append(h)
-        x = torch.stack(outputs) if outputs else x.new_zeros(0, x.shape[1], layer.state_size)
-        hs.append(h)
-        cs.append(c)
-    return x, torch.stack(hs), torch.stack(cs)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@settings(max_examples=LAYER_EXAMPLES, **COMMON)
+@on_each_device(LAYER_EXAMPLES)
 @given(
     steps=st.integers(0, 4),
     batch=st.integers(0, 4),
@@ -171,10 +161,13 @@ def test_layer_matches_a_loop_of_the_reference(
     h0, c0 = (
         s64 if with_states else [torch.zeros(num_layers, batch, state, dtype=torch.float64)] * 2
     )
-    seq = x64.transpose(0, 1) if batch_first else x64
-    want_out, want_h, want_c = _reference_layer(layer, seq, h0.to(device), c0.to(device))
-    if batch_first:
-        want_out = want_out.transpose(0, 1)
+    parameters = [
+        (w.detach().double(), b.detach().double())
+        for w, b in map(layer.layer_parameters, range(num_layers))
+    ]
+    want_out, (want_h, want_c) = lltm_layer_reference(
+        x64, parameters, (h0.to(device), c0.to(device)), batch_first=batch_first
+    )
     for got, want in ((output, want_out), (h_n, want_h), (c_n, want_c)):
         assert_close_to_reference(got, want)
 

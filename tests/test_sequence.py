@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import lltm
-from helpers import assert_close_to_reference
-from lltm.reference import lltm_reference
+from helpers import assert_close_to_reference, input_shapes
+from lltm.reference import lltm_layer_reference, lltm_sequence_reference
 
 CUDA_PATHS = ("persistent", "fused", "steps")
 
@@ -46,24 +46,15 @@ def device(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
 
 
 def make_sequence(
-    steps: int,
-    batch: int,
-    features: int,
-    state: int,
-    *,
-    device: str = "cpu",
-    dtype: torch.dtype = torch.float64,
-    requires_grad: bool = True,
+    *size: int, device: str = "cpu", dtype: torch.dtype = torch.float64, requires_grad: bool = True
 ) -> list[torch.Tensor]:
-    """``[input, weights, bias, h0, c0]``, with weights scaled so that a long sequence stays tame."""
+    """``[input, weights, bias, h0, c0]`` of ``size`` = ``(steps, batch, features, state)``.
+
+    The weights are scaled so that a long sequence stays tame.
+    """
+    steps, batch, features, state = size
     gen = torch.Generator().manual_seed(steps * 1000 + batch * 100 + features * 10 + state)
-    shapes = [
-        (steps, batch, features),
-        (3 * state, state + features),
-        (1, 3 * state),
-        (batch, state),
-        (batch, state),
-    ]
+    shapes = input_shapes(batch, features, state, steps=steps)
     scales = [1.0, 1.0 / max(1, state + features) ** 0.5, 0.5, 1.0, 1.0]
     return [
         (torch.randn(shape, generator=gen, dtype=torch.float64) * scale)
@@ -71,24 +62,6 @@ def make_sequence(
         .requires_grad_(requires_grad)
         for shape, scale in zip(shapes, scales, strict=True)
     ]
-
-
-def reference_sequence(
-    input: torch.Tensor,  # noqa: A002
-    weights: torch.Tensor,
-    bias: torch.Tensor,
-    h0: torch.Tensor,
-    c0: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A Python loop of the reference cell: ``(output, h_n, c_n)``."""
-    h, c = h0, c0
-    outputs = []
-    for x in input:
-        h, c = lltm_reference(x, weights, bias, h, c)
-        outputs.append(h)
-    if not outputs:
-        return input.new_empty(0, *h0.shape), h0 * 1, c0 * 1
-    return torch.stack(outputs), h, c
 
 
 def loss_of(outputs: tuple[torch.Tensor, ...], seed: int = 1) -> torch.Tensor:
@@ -109,7 +82,7 @@ def with_grads(fn: object, args: list[torch.Tensor]) -> tuple[torch.Tensor, ...]
 
 def reference_with_grads(args: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     args64 = [a.detach().double().cpu().requires_grad_() for a in args]
-    return with_grads(reference_sequence, args64)
+    return with_grads(lltm_sequence_reference, args64)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "T{}-B{}-F{}-S{}".format(*s))
@@ -147,7 +120,7 @@ def test_expanded_upstream_gradients(device: str) -> None:
     output, h_n, c_n = lltm.lltm_sequence(*args)
     got = torch.autograd.grad(output.sum() + h_n.sum() + c_n.sum(), args)
     ref_args = [a.detach().cpu().requires_grad_() for a in args]
-    output, h_n, c_n = reference_sequence(*ref_args)
+    output, h_n, c_n = lltm_sequence_reference(*ref_args)
     want = torch.autograd.grad(output.sum() + h_n.sum() + c_n.sum(), ref_args)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g.cpu(), w)
@@ -160,7 +133,7 @@ def test_only_the_inputs_that_need_a_gradient_get_one(device: str) -> None:
     (d_weights,) = torch.autograd.grad(output.sum(), [args[1]])
     ref_args = [a.detach().cpu() for a in args]
     ref_args[1].requires_grad_()
-    (want,) = torch.autograd.grad(reference_sequence(*ref_args)[0].sum(), [ref_args[1]])
+    (want,) = torch.autograd.grad(lltm_sequence_reference(*ref_args)[0].sum(), [ref_args[1]])
     torch.testing.assert_close(d_weights.cpu(), want)
 
 
@@ -317,15 +290,12 @@ def test_layer_stacks_layers_and_follows_lstm_conventions(device: str) -> None:
     output, (h_n, c_n) = layer(x)
     assert output.shape == (4, 2, 5)
     assert h_n.shape == c_n.shape == (3, 2, 5)
-    # By hand: each layer's outputs feed the next, from zero states.
-    h = x
-    zeros = torch.zeros(2, 5, device=device, dtype=torch.float64)
-    for k in range(3):
-        weights, bias = layer.layer_parameters(k)
-        h, h_k, c_k = reference_sequence(h, weights, bias, zeros, zeros)
-        torch.testing.assert_close(h_n[k], h_k)
-        torch.testing.assert_close(c_n[k], c_k)
-    torch.testing.assert_close(output, h)
+    # Each layer's outputs feed the next, from zero states.
+    parameters = [layer.layer_parameters(k) for k in range(3)]
+    want, (want_h, want_c) = lltm_layer_reference(x, parameters)
+    torch.testing.assert_close(output, want)
+    torch.testing.assert_close(h_n, want_h)
+    torch.testing.assert_close(c_n, want_c)
     # batch_first: the same numbers, batch-major.
     first = lltm.LLTMLayer(3, 5, num_layers=3, batch_first=True).to(device, torch.float64)
     first.load_state_dict(layer.state_dict())
@@ -345,7 +315,7 @@ def test_layer_without_bias(device: str) -> None:
     x = torch.randn(3, 2, 3, device=device, dtype=torch.float64)
     output, _ = layer(x)
     zeros = torch.zeros(2, 4, device=device, dtype=torch.float64)
-    want, _, _ = reference_sequence(x, layer.weights_l0, torch.zeros(12).to(x), zeros, zeros)
+    want, _, _ = lltm_sequence_reference(x, layer.weights_l0, torch.zeros(12).to(x), zeros, zeros)
     torch.testing.assert_close(output, want)
     output.sum().backward()
     assert layer.weights_l0.grad is not None
@@ -572,7 +542,7 @@ def test_cuda_bad_path_and_a_state_too_large_for_the_persistent_kernel(
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "auto")  # falls back to the steps
     torch.testing.assert_close(
         lltm.lltm_sequence(*big)[0].double().cpu(),
-        reference_sequence(*[a.double().cpu() for a in big])[0],
+        lltm_sequence_reference(*[a.double().cpu() for a in big])[0],
         rtol=1e-4,
         atol=1e-4,
     )

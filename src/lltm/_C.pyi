@@ -29,23 +29,10 @@ def backward(
 ) -> list[Tensor]:
     """LLTM backward. Returns [d_old_h, d_input, d_weights, d_bias, d_old_cell]."""
 
-def _forward_aten(
-    input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor, old_cell: Tensor
-) -> list[Tensor]:
-    """forward() computed with ATen operations only, on any device."""
-
-def _backward_aten(
-    grad_h: Tensor,
-    grad_cell: Tensor,
-    new_cell: Tensor,
-    input_gate: Tensor,
-    output_gate: Tensor,
-    candidate_cell: Tensor,
-    X: Tensor,  # noqa: N803
-    gate_weights: Tensor,
-    weights: Tensor,
-) -> list[Tensor]:
-    """backward() computed with ATen operations only, on any device."""
+# forward() and backward() computed with ATen operations only, on any device:
+# the same signatures.
+_forward_aten = forward
+_backward_aten = backward
 
 def supported_dtypes() -> list[torch.dtype]:
     """The dtypes the kernels are built for."""

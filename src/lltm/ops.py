@@ -10,6 +10,8 @@ wording at trace time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -62,13 +64,12 @@ def lltm_sequence(
 
     Args:
         input: ``[steps, batch, input_features]``.
-        weights: ``[3 * state_size, state_size + input_features]``, the cell's layout.
-        bias: ``[3 * state_size]`` or ``[1, 3 * state_size]``.
-        h0: ``[batch, state_size]``.
-        c0: ``[batch, state_size]``.
+        weights: the cell's weights, as :func:`lltm` takes them.
+        bias: the cell's bias, likewise.
+        h0: the state before the first step, as :func:`lltm`'s ``old_h``.
+        c0: likewise, as its ``old_cell``.
 
-    All five share one floating dtype (float32, float64, float16 or bfloat16)
-    and one device.
+    All five share one dtype and one device, as :func:`lltm`'s do.
 
     Returns:
         ``(output, h_n, c_n)``: ``output[t]`` is ``h_t``, ``[steps, batch,
@@ -103,6 +104,15 @@ def _shape_str(sizes: object) -> str:
     return "[" + ", ".join(str(s) for s in sizes) + "]"  # type: ignore[attr-defined]
 
 
+def _expect(check: Callable[..., None], ok: object, op: str, expected: str, got: object) -> None:
+    """``check(ok)``, failing in the C++ checks' words: ``{op}: expected ..., but got ...``.
+
+    ``check`` is ``torch._check_type``, ``_check_value`` or ``_check``: it
+    picks the exception type.
+    """
+    check(ok, lambda: f"{op}: expected {expected}, but got {got}")
+
+
 def _check_layouts(
     op: str, tensors: dict[str, Tensor | None], optional: tuple[str, ...] = ()
 ) -> None:
@@ -124,81 +134,49 @@ def _check_layouts(
                 f"instead found type '{type(t).__name__}'."
             )
             raise RuntimeError(msg)  # noqa: TRY004 - the dispatcher's type
-        torch._check_type(
-            not t.is_nested,
-            lambda name=name: (
-                f"{op}: expected {name} to be a strided tensor, but got a nested tensor"
-            ),
-        )
-        torch._check_type(
-            t.layout == torch.strided,
-            lambda name=name, t=t: (
-                f"{op}: expected {name} to be a strided tensor, but got a tensor of layout "
-                f"{t.layout}"
-            ),
-        )
+        strided = f"{name} to be a strided tensor"
+        _expect(torch._check_type, not t.is_nested, op, strided, "a nested tensor")
+        layout = f"a tensor of layout {t.layout}"
+        _expect(torch._check_type, t.layout == torch.strided, op, strided, layout)
 
 
 def _check_dtypes_and_devices(op: str, tensors: dict[str, Tensor]) -> None:
     """checks::check_dtypes_and_devices."""
     first_name, first = next(iter(tensors.items()))
+    floating = "a floating-point dtype (float16, bfloat16, float32 or float64)"
     for name, t in tensors.items():
-        torch._check_type(
-            t.dtype in _DTYPES,
-            lambda name=name, t=t: (
-                f"{op}: expected {name} to have a floating-point dtype (float16, bfloat16, "
-                f"float32 or float64), but got {_dtype_name(t.dtype)}"
-            ),
-        )
-        torch._check_type(
-            t.dtype == first.dtype,
-            lambda name=name, t=t: (
-                f"{op}: expected {name} to have the same dtype as {first_name} "
-                f"({_dtype_name(first.dtype)}), but got {_dtype_name(t.dtype)}"
-            ),
-        )
-        torch._check(
-            t.device == first.device,
-            lambda name=name, t=t: (
-                f"{op}: expected {name} to be on the same device as {first_name} "
-                f"({first.device}), but got {t.device}"
-            ),
-        )
+        dtype = _dtype_name(t.dtype)
+        _expect(torch._check_type, t.dtype in _DTYPES, op, f"{name} to have {floating}", dtype)
+        same = f"the same dtype as {first_name} ({_dtype_name(first.dtype)})"
+        _expect(torch._check_type, t.dtype == first.dtype, op, f"{name} to have {same}", dtype)
+        device = f"{name} to be on the same device as {first_name} ({first.device})"
+        _expect(torch._check, t.device == first.device, op, device, t.device)
 
 
 def _check_dim(op: str, name: str, t: Tensor, dim: int, layout: str) -> None:
     """checks::check_dim."""
-    torch._check_value(
-        t.dim() == dim,
-        lambda: (
-            f"{op}: expected {name} to be a {dim}-D tensor {layout}, but got a {t.dim()}-D "
-            f"tensor of shape {_shape_str(t.shape)}"
-        ),
-    )
+    got = f"a {t.dim()}-D tensor of shape {_shape_str(t.shape)}"
+    _expect(torch._check_value, t.dim() == dim, op, f"{name} to be a {dim}-D tensor {layout}", got)
 
 
 def _check_shape(op: str, name: str, t: Tensor, expected: tuple[int, ...], layout: str) -> None:
     """checks::check_shape."""
-    torch._check_value(
-        tuple(t.shape) == tuple(expected),
-        lambda: (
-            f"{op}: expected {name} to have shape {layout} = {_shape_str(expected)}, "
-            f"but got {_shape_str(t.shape)}"
-        ),
-    )
+    ok = tuple(t.shape) == tuple(expected)
+    want = f"{name} to have shape {layout} = {_shape_str(expected)}"
+    _expect(torch._check_value, ok, op, want, _shape_str(t.shape))
 
 
 def _check_bias(op: str, bias: Tensor, state: int) -> None:
     """checks::check_bias."""
     g = 3 * state
-    torch._check_value(
-        (bias.dim() == 1 and bias.shape[0] == g)
-        or (bias.dim() == 2 and bias.shape[0] == 1 and bias.shape[1] == g),
-        lambda: (
-            f"{op}: expected bias to have shape [3 * state_size] = {_shape_str([g])} or "
-            f"[1, 3 * state_size] = {_shape_str([1, g])}, but got {_shape_str(bias.shape)}"
-        ),
+    ok = (bias.dim() == 1 and bias.shape[0] == g) or (
+        bias.dim() == 2 and bias.shape[0] == 1 and bias.shape[1] == g
     )
+    want = (
+        f"bias to have shape [3 * state_size] = {_shape_str([g])} or "
+        f"[1, 3 * state_size] = {_shape_str([1, g])}"
+    )
+    _expect(torch._check_value, ok, op, want, _shape_str(bias.shape))
 
 
 _BATCH_FEATURES = "[batch, input_features]"
@@ -211,62 +189,58 @@ _STATES = "[steps, batch, state_size]"
 _GATES = "[steps, batch, 3 * state_size]"
 
 
-def _check_forward(
-    op: str,
-    input: Tensor,  # noqa: A002
-    weights: Tensor,
-    bias: Tensor,
-    old_h: Tensor,
-    old_cell: Tensor,
-) -> tuple[int, int, int]:
-    """lltm::check_forward_args."""
-    tensors = {
-        "input": input,
-        "weights": weights,
-        "bias": bias,
-        "old_h": old_h,
-        "old_cell": old_cell,
-    }
+def _check_forward(op: str, *args: Tensor) -> tuple[int, ...]:
+    """lltm::check_forward_args, or for the ``lltm::sequence*`` ops sequence::check_forward_args.
+
+    ``args`` are the op's: ``input, weights, bias`` and the state, ``old_h,
+    old_cell`` for a cell (input ``[batch, input_features]``), ``h0, c0`` for
+    a sequence (input ``[steps, batch, input_features]``). Returns the input's
+    sizes, then state_size.
+    """
+    steps = op.startswith("lltm::sequence")
+    names = ("input", "weights", "bias", *(("h0", "c0") if steps else ("old_h", "old_cell")))
+    tensors = dict(zip(names, args, strict=True))
+    x, weights, bias, *states = args
     _check_layouts(op, tensors)
     _check_dtypes_and_devices(op, tensors)
-    _check_dim(op, "input", input, 2, _BATCH_FEATURES)
-    _check_dim(op, "old_h", old_h, 2, _STATE)
-    _check_dim(op, "old_cell", old_cell, 2, _STATE)
+    _check_dim(op, "input", x, 3 if steps else 2, _STEPS if steps else _BATCH_FEATURES)
+    for name, t in zip(names[3:], states, strict=True):
+        _check_dim(op, name, t, 2, _STATE)
     _check_dim(op, "weights", weights, 2, _WEIGHTS)
-    batch, features = input.shape
-    state = old_h.shape[1]
-    _check_shape(op, "old_h", old_h, (batch, state), _STATE)
-    _check_shape(op, "old_cell", old_cell, (batch, state), _STATE)
+    batch, features, state = x.shape[-2], x.shape[-1], states[0].shape[1]
+    for name, t in zip(names[3:], states, strict=True):
+        _check_shape(op, name, t, (batch, state), _STATE)
     _check_shape(op, "weights", weights, (3 * state, state + features), _WEIGHTS)
     _check_bias(op, bias, state)
-    return batch, features, state
+    return (*x.shape, state)
+
+
+def _empty_where(
+    like: Tensor, shapes: list[tuple[int, ...]], output_mask: list[bool]
+) -> tuple[Tensor | None, ...]:
+    """A backward's gradients: an empty tensor of each shape that ``output_mask`` asks for."""
+    return tuple(
+        like.new_empty(shape) if wanted else None
+        for shape, wanted in zip(shapes, output_mask, strict=True)
+    )
+
+
+# The fake kernels of the forward ops take their tensors as the dispatcher
+# passes them, positionally: input, weights, bias and the state.
 
 
 @torch.library.register_fake("lltm::forward")
-def _forward_fake(
-    input: Tensor,  # noqa: A002
-    weights: Tensor,
-    bias: Tensor,
-    old_h: Tensor,
-    old_cell: Tensor,
-) -> tuple[Tensor, ...]:
-    batch, features, state = _check_forward("lltm::forward", input, weights, bias, old_h, old_cell)
+def _forward_fake(*args: Tensor) -> tuple[Tensor, ...]:
+    batch, features, state = _check_forward("lltm::forward", *args)
+    x, old_cell = args[0], args[4]
     state_like = [old_cell.new_empty((batch, state)) for _ in range(5)]
-    X = input.new_empty((batch, state + features))  # noqa: N806
-    gate_weights = input.new_empty((batch, 3 * state))
-    return (*state_like, X, gate_weights)
+    return (*state_like, x.new_empty((batch, state + features)), x.new_empty((batch, 3 * state)))
 
 
 @torch.library.register_fake("lltm::cell")
-def _cell_fake(
-    input: Tensor,  # noqa: A002
-    weights: Tensor,
-    bias: Tensor,
-    old_h: Tensor,
-    old_cell: Tensor,
-) -> tuple[Tensor, Tensor]:
-    batch, _, state = _check_forward("lltm::cell", input, weights, bias, old_h, old_cell)
-    return old_cell.new_empty((batch, state)), old_cell.new_empty((batch, state))
+def _cell_fake(*args: Tensor) -> tuple[Tensor, Tensor]:
+    batch, _, state = _check_forward("lltm::cell", *args)
+    return args[4].new_empty((batch, state)), args[4].new_empty((batch, state))
 
 
 @torch.library.register_fake("lltm::cell_forward")
@@ -290,56 +264,36 @@ def _cell_forward_fake(
 
 
 @torch.library.register_fake("lltm::backward")
-def _backward_fake(
-    grad_h: Tensor,
-    grad_cell: Tensor,
-    new_cell: Tensor,
-    input_gate: Tensor,
-    output_gate: Tensor,
-    candidate_cell: Tensor,
-    X: Tensor,  # noqa: N803
-    gate_weights: Tensor,
-    weights: Tensor,
-) -> tuple[Tensor, ...]:
+def _backward_fake(grad_h: Tensor, grad_cell: Tensor, *saved: Tensor) -> tuple[Tensor, ...]:
     op = "lltm::backward"
+    # The schema's: the forward's saved outputs, X and gate_weights, then the weights.
+    names = ("new_cell", "input_gate", "output_gate", "candidate_cell")
     state_args = {
         "grad_h": grad_h,
         "grad_cell": grad_cell,
-        "new_cell": new_cell,
-        "input_gate": input_gate,
-        "output_gate": output_gate,
-        "candidate_cell": candidate_cell,
+        **dict(zip(names, saved[:4], strict=True)),
     }
-    tensors = {**state_args, "X": X, "gate_weights": gate_weights, "weights": weights}
+    x, gate_weights, weights = saved[4:]
+    tensors = {**state_args, "X": x, "gate_weights": gate_weights, "weights": weights}
     _check_layouts(op, tensors)
     _check_dtypes_and_devices(op, tensors)
     for name, t in state_args.items():
         _check_dim(op, name, t, 2, _STATE)
-    _check_dim(op, "X", X, 2, _X)
+    _check_dim(op, "X", x, 2, _X)
     _check_dim(op, "gate_weights", gate_weights, 2, _CELL_GATES)
     _check_dim(op, "weights", weights, 2, _WEIGHTS)
     batch, state = grad_h.shape
-    features = X.shape[1] - state
-    torch._check_value(
-        features >= 0,
-        lambda: (
-            f"{op}: expected X to have shape {_X} with at least state_size = {state} "
-            f"columns, but got {_shape_str(X.shape)}"
-        ),
-    )
+    features = x.shape[1] - state
+    want = f"X to have shape {_X} with at least state_size = {state} columns"
+    _expect(torch._check_value, features >= 0, op, want, _shape_str(x.shape))
     for name, t in state_args.items():
         if name != "grad_h":
             _check_shape(op, name, t, (batch, state), _STATE)
-    _check_shape(op, "X", X, (batch, state + features), _X)
+    _check_shape(op, "X", x, (batch, state + features), _X)
     _check_shape(op, "gate_weights", gate_weights, (batch, 3 * state), _CELL_GATES)
     _check_shape(op, "weights", weights, (3 * state, state + features), _WEIGHTS)
-    return (
-        grad_h.new_empty((batch, state)),
-        grad_h.new_empty((batch, features)),
-        grad_h.new_empty((3 * state, state + features)),
-        grad_h.new_empty((1, 3 * state)),
-        grad_h.new_empty((batch, state)),
-    )
+    shapes = [(batch, state), (batch, features), (3 * state, state + features), (1, 3 * state)]
+    return tuple(grad_h.new_empty(shape) for shape in [*shapes, (batch, state)])
 
 
 @torch.library.register_fake("lltm::cell_backward")
@@ -364,26 +318,19 @@ def _cell_backward_fake(
     for name, t in optional.items():
         if t is not None:
             _check_dtypes_and_devices(op, {"new_cell": new_cell, name: t})
-    torch._check_value(
-        not output_mask[1] or X is not None,
-        lambda: (
-            f"{op}: expected X = [old_h | input] to be a tensor when the weights need a "
-            "gradient (output_mask[1]), but got None"
-        ),
-    )
+    want = "X = [old_h | input] to be a tensor when the weights need a gradient (output_mask[1])"
+    _expect(torch._check_value, not output_mask[1] or X is not None, op, want, None)
     _check_dim(op, "new_cell", new_cell, 2, _STATE)
     _check_dim(op, "gates", gates, 2, _CELL_GATES)
     _check_dim(op, "weights", weights, 2, _WEIGHTS)
     batch, state = new_cell.shape
     features = weights.shape[1] - state
-    torch._check_value(
-        weights.shape[0] == 3 * state and features >= 0,
-        lambda: (
-            f"{op}: expected weights to have shape {_WEIGHTS} with 3 * state_size = "
-            f"{3 * state} rows and at least state_size = {state} columns, but got "
-            f"{_shape_str(weights.shape)}"
-        ),
+    want = (
+        f"weights to have shape {_WEIGHTS} with 3 * state_size = {3 * state} rows and at "
+        f"least state_size = {state} columns"
     )
+    ok = weights.shape[0] == 3 * state and features >= 0
+    _expect(torch._check_value, ok, op, want, _shape_str(weights.shape))
     for name, t in (("grad_h", grad_h), ("grad_cell", grad_cell)):
         if t is not None:
             _check_dim(op, name, t, 2, _STATE)
@@ -392,81 +339,30 @@ def _cell_backward_fake(
     if X is not None:
         _check_dim(op, "X", X, 2, _X)
         _check_shape(op, "X", X, (batch, state + features), _X)
-    shapes = [
-        (batch, features),
-        (3 * state, state + features),
-        (3 * state,),
-        (batch, state),
-        (batch, state),
-    ]
-    return tuple(
-        new_cell.new_empty(shape) if wanted else None
-        for shape, wanted in zip(shapes, output_mask, strict=True)
-    )
+    shapes = [(batch, features), (3 * state, state + features), (3 * state,)]
+    return _empty_where(new_cell, [*shapes, (batch, state), (batch, state)], output_mask)
 
 
 # --- fake kernels of the sequence ops ---------------------------------------------------
 
 
-def _check_sequence_forward(
-    op: str,
-    input: Tensor,  # noqa: A002
-    weights: Tensor,
-    bias: Tensor,
-    h0: Tensor,
-    c0: Tensor,
-) -> tuple[int, int, int, int]:
-    """lltm::sequence::check_forward_args."""
-    tensors = {"input": input, "weights": weights, "bias": bias, "h0": h0, "c0": c0}
-    _check_layouts(op, tensors)
-    _check_dtypes_and_devices(op, tensors)
-    _check_dim(op, "input", input, 3, _STEPS)
-    _check_dim(op, "h0", h0, 2, _STATE)
-    _check_dim(op, "c0", c0, 2, _STATE)
-    _check_dim(op, "weights", weights, 2, _WEIGHTS)
-    steps, batch, features = input.shape
-    state = h0.shape[1]
-    _check_shape(op, "h0", h0, (batch, state), _STATE)
-    _check_shape(op, "c0", c0, (batch, state), _STATE)
-    _check_shape(op, "weights", weights, (3 * state, state + features), _WEIGHTS)
-    _check_bias(op, bias, state)
-    return steps, batch, features, state
-
-
 @torch.library.register_fake("lltm::sequence")
-def _sequence_fake(
-    input: Tensor,  # noqa: A002
-    weights: Tensor,
-    bias: Tensor,
-    h0: Tensor,
-    c0: Tensor,
-) -> tuple[Tensor, Tensor, Tensor]:
-    steps, batch, _, state = _check_sequence_forward("lltm::sequence", input, weights, bias, h0, c0)
+def _sequence_fake(*args: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    steps, batch, _, state = _check_forward("lltm::sequence", *args)
+    x = args[0]
     return (
-        input.new_empty((steps, batch, state)),
-        input.new_empty((batch, state)),
-        input.new_empty((batch, state)),
+        x.new_empty((steps, batch, state)),
+        x.new_empty((batch, state)),
+        x.new_empty((batch, state)),
     )
 
 
 @torch.library.register_fake("lltm::sequence_forward")
-def _sequence_forward_fake(
-    input: Tensor,  # noqa: A002
-    weights: Tensor,
-    bias: Tensor,
-    h0: Tensor,
-    c0: Tensor,
-) -> tuple[Tensor, ...]:
-    steps, batch, _, state = _check_sequence_forward(
-        "lltm::sequence_forward", input, weights, bias, h0, c0
-    )
-    return (
-        input.new_empty((steps, batch, state)),
-        input.new_empty((batch, state)),
-        input.new_empty((batch, state)),
-        input.new_empty((steps, batch, state)),
-        input.new_empty((steps, batch, 3 * state)),
-    )
+def _sequence_forward_fake(*args: Tensor) -> tuple[Tensor, ...]:
+    steps, batch, _, state = _check_forward("lltm::sequence_forward", *args)
+    # output, h_n, c_n, then the cells and gates of every step for the backward.
+    shapes = [(steps, batch, state), (batch, state), (batch, state), (steps, batch, state)]
+    return tuple(args[0].new_empty(shape) for shape in [*shapes, (steps, batch, 3 * state)])
 
 
 @torch.library.register_fake("lltm::sequence_backward")
@@ -520,14 +416,5 @@ def _sequence_backward_fake(
     for name, t in two_d:
         if t is not None:
             _check_shape(op, name, t, (batch, state), _STATE)
-    shapes = [
-        (steps, batch, features),
-        (3 * state, state + features),
-        (3 * state,),
-        (batch, state),
-        (batch, state),
-    ]
-    return tuple(
-        input.new_empty(shape) if wanted else None
-        for shape, wanted in zip(shapes, output_mask, strict=True)
-    )
+    shapes = [(steps, batch, features), (3 * state, state + features), (3 * state,)]
+    return _empty_where(input, [*shapes, (batch, state), (batch, state)], output_mask)

@@ -2,14 +2,13 @@
 
 ``python -m lltm.benchmark --sequence T`` runs it at one T, ``--sequence
 --sizes TxBxFxS,...`` at sizes of their own T, and ``--sequence --sweep`` over a
-grid of T x B x (F, S); ``python -m lltm._sequence_benchmark`` runs sizes on
-its own. Each timed iteration runs the forward over all T steps and the
-backward of ``output.sum()``; the input and every parameter need grad. On CUDA
-the device is synchronized before each clock read. Variants:
+grid of T x B x (F, S). Each timed iteration runs the forward over all T steps
+and the backward of ``output.sum()``; the input and every parameter need grad.
+On CUDA the device is synchronized before each clock read. Variants:
 
-* ``loop-python``: a Python loop of :func:`lltm.reference.lltm_reference`,
-  the eager cell, differentiated by autograd;
-* ``loop-lltm``: a Python loop of :class:`lltm.LLTM`;
+* ``loop-python``: :func:`lltm.reference.lltm_sequence_reference`, a Python
+  loop of the eager cell, differentiated by autograd;
+* ``loop-lltm``: the same loop of :func:`lltm.lltm`;
 * ``layer``: :class:`lltm.LLTMLayer`, one op call per direction; on CUDA
   also ``layer-persistent``, ``layer-steps`` and ``layer-fused``, with
   ``LLTM_SEQUENCE_PATH`` forcing each path (``layer`` takes the one ``auto``
@@ -45,7 +44,6 @@ import gc
 import math
 import os
 import statistics
-import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -56,7 +54,10 @@ import torch
 from torch import Tensor, nn
 
 import lltm
-from lltm.reference import lltm_reference
+from lltm.reference import lltm_reference, lltm_sequence_reference
+
+from ._common import DTYPES, dtype_name, gpu_operations, in_rounds, platform, pyplot, sync
+from ._common import progress as _progress
 
 __all__ = [
     "CUDA_VARIANTS",
@@ -66,6 +67,7 @@ __all__ = [
     "SPEEDUP_GOAL_WORST",
     "SWEEP_BATCHES",
     "SWEEP_FS",
+    "SWEEP_OPTIONS",
     "SWEEP_STEPS",
     "SWEEP_VARIANTS",
     "VARIANTS",
@@ -75,7 +77,6 @@ __all__ = [
     "format_sequence_table",
     "format_sweep_tables",
     "graph_time",
-    "main",
     "plot_sweep",
     "run_sequence",
     "run_sweep",
@@ -99,6 +100,15 @@ SWEEP_STEPS = (16, 64, 128, 512)
 SWEEP_BATCHES = (1, 16, 64, 256, 1024, 4096)
 SWEEP_FS = ((32, 128), (128, 256), (256, 512))
 SWEEP_VARIANTS = ("layer", "nn.LSTM")
+# run_sequence's options in a sweep: a short budget per point, for its hundreds of points.
+SWEEP_OPTIONS: dict[str, Any] = {
+    "runs": None,
+    "seconds": 0.5,
+    "min_runs": 3,
+    "max_runs": 200,
+    "warmup": 2,
+    "rounds": 3,
+}
 # Issue 12's goals: at least 1.0x everywhere, a median of 1.3x, and eager wall
 # time at most 1.15x the CUDA-graph replay's.
 SPEEDUP_GOAL_WORST, SPEEDUP_GOAL_MEDIAN, HOST_RATIO_GOAL = 1.0, 1.3, 1.15
@@ -112,48 +122,37 @@ class Precision:
 
     name: str
     dtype: torch.dtype
-    matmul_tf32: bool
-    cudnn_tf32: bool
+    matmul_tf32: bool = False
+    cudnn_tf32: bool = False
     note: str = ""
 
 
 PRECISIONS = {
     p.name: p
     for p in (
-        Precision("float32", torch.float32, matmul_tf32=False, cudnn_tf32=False),
+        Precision("float32", torch.float32),
         Precision(
             "float32-defaults",
             torch.float32,
-            matmul_tf32=False,
             cudnn_tf32=True,
             note="torch's defaults: nn.LSTM computes in TF32 (cuDNN's switch), "
             "lltm in fp32 (it follows the matmul switch)",
         ),
-        Precision("float16", torch.float16, matmul_tf32=False, cudnn_tf32=False),
+        Precision("float16", torch.float16),
         Precision(
             "bfloat16",
             torch.bfloat16,
-            matmul_tf32=False,
-            cudnn_tf32=False,
             note="PyTorch does not flatten bf16 nn.LSTM weights: cuDNN copies them at "
             "every call (the reduced-precision anchor is float16)",
         ),
-        Precision("float64", torch.float64, matmul_tf32=False, cudnn_tf32=False),
+        Precision("float64", torch.float64),
     )
 }
-_DTYPE_PRECISION = {
-    torch.float32: "float32",
-    torch.float16: "float16",
-    torch.bfloat16: "bfloat16",
-    torch.float64: "float64",
-}
+# A dtype's own precision: its name, TF32 off.
+_DTYPE_PRECISION = {dtype: name for name, dtype in DTYPES.items()}
 # What nn.LSTM says at every bf16 call (its weights cannot be flattened):
 # reported once in the output instead.
 _UNFLATTENED_WARNING = r"RNN module weights are not part of single contiguous chunk"
-
-
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)  # noqa: T201
 
 
 @contextlib.contextmanager
@@ -245,15 +244,9 @@ def _variants(
         zeros = torch.zeros(batch, state, device=device, dtype=dtype)
 
         def loop(step: Callable[..., tuple[Tensor, Tensor]]) -> Step:
-            def run() -> Tensor:
-                h, c = zeros, zeros
-                outputs = []
-                for x_t in x:
-                    h, c = step(x_t, cell.weights, cell.bias, h, c)
-                    outputs.append(h)
-                return torch.stack(outputs)
-
-            return run
+            return lambda: lltm_sequence_reference(
+                x, cell.weights, cell.bias, zeros, zeros, cell=step
+            )[0]
 
         leaves = [*cell.parameters(), x]
         loops = {"loop-python": lltm_reference, "loop-lltm": lltm.lltm}
@@ -283,11 +276,6 @@ def _variants(
             lambda: lstm(x)[0], None, [*lstm.parameters(), x], {"weights_flat": flat}
         )
     return cases, errors
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 # --- GPU time: one forward + backward as a CUDA graph, replayed ---------------------
@@ -350,7 +338,7 @@ def _capture(v: _Variant, device: torch.device, warmup: int) -> torch.cuda.CUDAG
             v.clear_grads()
             v.step()
     torch.cuda.current_stream(device).wait_stream(side)
-    _sync(device)
+    sync(device)
     v.clear_grads()
     graph = torch.cuda.CUDAGraph()
     # The capture runs on the warm-up's stream: per-stream state made lazily
@@ -472,7 +460,7 @@ def graph_time(
             return _graph_time_with(
                 capture,
                 lambda: torch.cuda.Event(enable_timing=True),
-                lambda: _sync(device),
+                lambda: sync(device),
                 lambda ms: _stall(device, ms),
                 replays=replays,
                 seconds=seconds,
@@ -484,24 +472,20 @@ def graph_time(
         v.clear_grads()
         holder.clear()
         torch.cuda.set_stream(stream)
-        _sync(device)
+        sync(device)
 
 
 def _launches(v: _Variant, device: torch.device) -> int | None:
     """GPU operations (kernels, copies, memsets) of one eager forward + backward."""
     if device.type != "cuda":
         return None
-    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
-
     try:
         v.clear_grads()
-        _sync(device)
-        with _sequence_path(v.path), profile(activities=[ProfilerActivity.CUDA]) as prof:
-            v.step()
-            _sync(device)
+        with _sequence_path(v.path):
+            count, _ = gpu_operations(v.step, device)
     except Exception:  # noqa: BLE001 - a count is optional: none rather than a crash
         return None
-    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    return count
 
 
 # --- the wall time: eager calls, interleaved ----------------------------------------
@@ -618,10 +602,10 @@ _SLOW_WARMUP_S = 0.25
 def _timed(v: _Variant, device: torch.device) -> float:
     """Seconds of one forward + backward of ``v``, from clean grads to finished work."""
     v.clear_grads()
-    _sync(device)
+    sync(device)
     t0 = time.perf_counter()
     v.step()
-    _sync(device)
+    sync(device)
     return time.perf_counter() - t0
 
 
@@ -701,11 +685,8 @@ def _run_point(
     if runs is None:
         per_round = sum(probe[n] for n in live) or 1e-9
         runs = max(min_runs, min(max_runs, math.ceil(seconds / per_round)))
-    rounds = max(1, min(rounds, runs))
     samples: dict[str, list[float]] = {n: [] for n in names}
-    start = time.perf_counter()
-    for r in range(rounds):
-        n = runs // rounds + (1 if r < runs % rounds else 0)
+    for n in in_rounds(runs, max(1, min(rounds, runs)), label, report=progress):
         for name in list(live):
             try:
                 with _sequence_path(cases[name].path):
@@ -714,11 +695,6 @@ def _run_point(
                 errors[name] = _first_line(e)
                 live.remove(name)
                 cases[name].clear_grads()
-        if progress:
-            _progress(
-                f"{label}: round {r + 1}/{rounds} of {runs} runs "
-                f"({time.perf_counter() - start:.1f} s)"
-            )
     medians = {n: statistics.median(samples[n]) for n in live}
     graphs, counts = _gpu_measures(
         cases, medians, device, seconds, gpu_time=gpu_time, launches=launches
@@ -751,7 +727,7 @@ def _rows(
         row: dict[str, Any] = {
             "variant": name,
             "device": str(device),
-            "dtype": str(precision.dtype).removeprefix("torch."),
+            "dtype": dtype_name(precision.dtype),
             "precision": precision.name,
             "steps": steps,
             "batch": batch,
@@ -797,25 +773,22 @@ def run_sweep(
     device: str | torch.device = "cpu",
     *,
     variants: Sequence[str] = SWEEP_VARIANTS,
-    runs: int | None = None,
-    seconds: float = 0.5,
-    min_runs: int = 3,
-    max_runs: int = 200,
-    warmup: int = 2,
-    rounds: int = 3,
-    gpu_time: bool = True,
-    launches: bool = False,
     progress: bool = True,
     on_point: Callable[[list[dict[str, Any]]], None] | None = None,
+    **options: Any,
 ) -> list[dict[str, Any]]:
     """Time the variants at every point of ``steps`` x ``batches`` x ``fs`` x ``precisions``.
 
-    Each point is :func:`run_sequence` with a budget of ``seconds`` for its
-    timed runs (``min_runs`` at least); progress goes to stderr, one line per
-    point, and ``on_point`` gets the rows so far after each point (to save
-    them: a sweep cut short by a timeout keeps what it measured). Returns the
-    rows of every point, as :func:`run_sequence` does.
+    Each point is :func:`run_sequence` with ``options`` (its ``runs``,
+    ``seconds``, ``min_runs``, ``max_runs``, ``warmup``, ``rounds``,
+    ``gpu_time`` and ``launches``), by default those of
+    :data:`SWEEP_OPTIONS`: a budget of ``seconds`` for the timed runs of each
+    point. Progress goes to stderr, one line per point, and ``on_point`` gets
+    the rows so far after each point (to save them: a sweep cut short by a
+    timeout keeps what it measured). Returns the rows of every point, as
+    :func:`run_sequence` does.
     """
+    options = {**SWEEP_OPTIONS, **options}
     points = [(p, f, s, t, b) for p in precisions for f, s in fs for t in steps for b in batches]
     results: list[dict[str, Any]] = []
     start = time.perf_counter()
@@ -827,16 +800,9 @@ def run_sweep(
             s,
             device=device,
             precision=p,
-            runs=runs,
-            seconds=seconds,
-            min_runs=min_runs,
-            max_runs=max_runs,
-            warmup=warmup,
-            rounds=rounds,
             variants=variants,
-            gpu_time=gpu_time,
-            launches=launches,
             progress=False,
+            **options,
         )
         results += rows
         if on_point is not None:
@@ -872,6 +838,14 @@ def _num(value: float | None, spec: str = ".3f") -> str:
     return format(value, spec) if value is not None else "-"
 
 
+def _cells(r: dict[str, Any]) -> tuple[str, str, str, str]:
+    """A row's size, precision, host ratio and kernel count, as both tables print them."""
+    size = f"{r['steps']},{r['batch']},{r['features']},{r['state']}"
+    host = f"{r['host_ratio']:.2f}" if r.get("host_ratio") is not None else "-"
+    kernels = str(r["launches"]) if r.get("launches") is not None else "-"
+    return size, r.get("precision", r["dtype"]), host, kernels
+
+
 def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
     """Render :func:`run_sequence`'s results as a fixed-width table."""
     with_launches = any(r.get("launches") is not None for r in results)
@@ -883,19 +857,18 @@ def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
         header += f"{'kernels':>9}"
     lines = [header, "-" * len(header)]
     for r in results:
-        size = f"{r['steps']},{r['batch']},{r['features']},{r['state']}"
-        prefix = f"{size:<18}{r.get('precision', r['dtype']):<18}{r['variant']:<18}"
+        size, precision, host, kernels = _cells(r)
+        prefix = f"{size:<18}{precision:<18}{r['variant']:<18}"
         if "error" in r:
             lines.append(f"{prefix}  n/a: {r['error']}")
             continue
-        host = f"{r['host_ratio']:.2f}" if r.get("host_ratio") is not None else "-"
         line = (
             f"{prefix}{r['median_ms']:>10.3f}{r['min_ms']:>10.3f}{_num(r.get('gpu_ms')):>10}"
             f"{host:>8}{_ratio(r.get('vs_lstm')):>9}{_ratio(r.get('gpu_vs_lstm')):>8}"
             f"{_ratio(r.get('vs_loop_lltm')):>9}{r.get('runs', '-'):>6}"
         )
         if with_launches:
-            line += f"{r['launches'] if r.get('launches') is not None else '-':>9}"
+            line += f"{kernels:>9}"
         lines.append(line)
     errors = sorted(
         {
@@ -924,17 +897,13 @@ def format_sequence_markdown(results: Sequence[dict[str, Any]]) -> str:
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
-        size = f"{r['steps']},{r['batch']},{r['features']},{r['state']}"
-        head = f"| {size} | {r.get('precision', r['dtype'])} | {r['variant']} |"
-        if "error" in r:
-            lines.append(f"{head} n/a | | | | | |")
-            continue
-        host = f"{r['host_ratio']:.2f}" if r.get("host_ratio") is not None else "-"
-        kernels = r.get("launches")
+        size, precision, host, kernels = _cells(r)
+        head = f"| {size} | {precision} | {r['variant']} |"
         lines.append(
-            f"{head} {r['median_ms']:.3f} | {_num(r.get('gpu_ms'))} | {host} | "
-            f"{_ratio(r.get('vs_lstm'))} | {_ratio(r.get('gpu_vs_lstm'))} | "
-            f"{kernels if kernels is not None else '-'} |"
+            f"{head} n/a | | | | | |"
+            if "error" in r
+            else f"{head} {r['median_ms']:.3f} | {_num(r.get('gpu_ms'))} | {host} | "
+            f"{_ratio(r.get('vs_lstm'))} | {_ratio(r.get('gpu_vs_lstm'))} | {kernels} |"
         )
     return "\n".join(lines)
 
@@ -1164,16 +1133,9 @@ def plot_sweep(
     a log scale shared by all panels; each cell is annotated. ``metric``:
     ``wall`` (eager medians) or ``gpu`` (graph replays).
     """
-    try:
-        import matplotlib as mpl  # noqa: PLC0415
-
-        mpl.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-        from matplotlib.colors import LogNorm  # noqa: PLC0415
-    except ImportError as exc:
-        msg = f"--plot needs matplotlib: pip install 'lltm[plot]' ({exc})"
-        raise SystemExit(msg) from exc
+    plt = pyplot()
     import numpy as np  # noqa: PLC0415 - matplotlib's own dependency
+    from matplotlib.colors import LogNorm  # noqa: PLC0415
 
     grid = _grid(results)
     precisions = list(dict.fromkeys(k[0] for k in grid))
@@ -1247,14 +1209,11 @@ def plot_sweep(
 def describe(precisions: Sequence[str], device: str | torch.device) -> str:
     """The header of a report: torch, the GPU, what the columns and precisions mean."""
     device = torch.device(device)
-    gpu = ""
-    if device.type == "cuda":
-        gpu = f", {torch.cuda.get_device_name(device)}"
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     lines = [
         (
-            f"LLTM layer over T steps, forward + backward of output.sum() (input and "
-            f"parameters need grad); torch {torch.__version__}, {torch.get_num_threads()} "
-            f"threads{gpu}"
+            "LLTM layer over T steps, forward + backward of output.sum() (input and "
+            f"parameters need grad); {platform(gpu)}"
         ),
         (
             "wall = eager median; gpu = the same call replayed as a CUDA graph; host x = "
@@ -1270,70 +1229,3 @@ def describe(precisions: Sequence[str], device: str | torch.device) -> str:
         )
         lines.append(f"{p}: {tf32}{'; ' + prec.note if prec.note else ''}")
     return "\n".join(lines) + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Command line: one size, or several with repeated ``--size T,B,F,S``."""
-    import argparse  # noqa: PLC0415
-    import json  # noqa: PLC0415
-
-    parser = argparse.ArgumentParser(
-        prog="python -m lltm._sequence_benchmark",
-        description="Time an LLTM layer over T steps (forward + backward) against Python "
-        "loops of the cell and nn.LSTM. `python -m lltm.benchmark --sequence` does the same, "
-        "and sweeps.",
-    )
-    parser.add_argument(
-        "--size",
-        action="append",
-        metavar="T,B,F,S",
-        help="steps, batch, features, state (repeatable; default 64,16,32,128)",
-    )
-    parser.add_argument("-d", "--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument(
-        "--dtype",
-        "--precision",
-        dest="precision",
-        choices=list(PRECISIONS),
-        action="append",
-        help="repeatable; default float32 (TF32 off)",
-    )
-    parser.add_argument("-r", "--runs", type=int, default=None, help="default: --seconds")
-    parser.add_argument("--seconds", type=float, default=2.0, help="time budget per size")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--variants", type=lambda s: s.split(","), default=None)
-    parser.add_argument("--no-gpu-time", action="store_true", help="skip the CUDA-graph replays")
-    parser.add_argument("--launches", "--kernels", action="store_true", dest="launches")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    args = parser.parse_args(argv)
-    sizes = [tuple(int(v) for v in s.split(",")) for s in args.size or ["64,16,32,128"]]
-    for size in sizes:
-        if len(size) != 4:
-            parser.error(f"--size {','.join(map(str, size))}: expected T,B,F,S")
-    unknown = [v for v in args.variants or [] if v not in VARIANTS]
-    if unknown:
-        parser.error(f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
-    precisions = args.precision or ["float32"]
-    results = []
-    for size in sizes:
-        for p in precisions:
-            results += run_sequence(
-                *size,
-                device=args.device,
-                precision=p,
-                runs=args.runs,
-                seconds=args.seconds,
-                warmup=args.warmup,
-                variants=args.variants,
-                gpu_time=not args.no_gpu_time,
-                launches=args.launches,
-            )
-    print(describe(precisions, args.device))  # noqa: T201
-    print(format_sequence_table(results))  # noqa: T201
-    if args.json:
-        with open(args.json, "w") as f:  # noqa: PTH123
-            json.dump({"torch": torch.__version__, "results": results}, f, indent=1)
-
-
-if __name__ == "__main__":
-    main()

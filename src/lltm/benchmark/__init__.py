@@ -1,0 +1,29 @@
+"""``python -m lltm.benchmark``: lltm's cell and layer, timed against what users would pick instead.
+
+Without ``--sequence`` it times the training step of the cell
+(:mod:`lltm.benchmark.cell` lists the variants). ``--grad params`` (the
+default, the tutorial's case) differentiates the weights and bias only;
+``--grad all`` also the input and both states, as in an unrolled sequence.
+``--sizes`` sweeps several sizes and ``--plot`` draws time against batch size
+(``pip install 'lltm[plot]'`` for matplotlib). ``--launches`` counts the GPU
+operations of each variant's forward and backward with ``torch.profiler``.
+
+``--sequence T`` times whole sequences instead: :class:`lltm.LLTMLayer` over
+T steps against Python loops of the cell and ``nn.LSTM``, with the GPU time
+of each (the call replayed as a CUDA graph) beside its wall time (see
+:mod:`lltm.benchmark.sequence`). ``--sequence --sizes TxBxFxS,...`` gives each
+size its own T; ``--sequence --sweep`` runs the layer and ``nn.LSTM`` over
+``--steps`` x ``--batches`` x ``--fs`` (by default the sweep of issue 12),
+prints the speedup tables in Markdown and ``--plot`` draws them as a heat map.
+``--precision float32,float32-defaults,float16,bfloat16`` picks the dtypes and
+TF32 switches of a sequence run.
+
+:mod:`lltm.benchmark.cli` holds the one command line of both.
+"""
+
+from __future__ import annotations
+
+from .cell import VARIANTS, Problem, Result, run
+from .cli import main, parse_args
+
+__all__ = ["VARIANTS", "Problem", "Result", "main", "parse_args", "run"]

@@ -1,0 +1,471 @@
+"""The command line of ``python -m lltm.benchmark``: one parser for the cell and the sequences.
+
+A flag that the chosen mode cannot honour is refused with an error that
+names it; a flag that has no effect on the devices chosen is reported in a
+note on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import lltm
+
+from . import sequence as seq
+from ._common import DTYPES, devices, platform, progress
+from .cell import GRAD_MODES, VARIANTS, format_table, plot, run
+
+__all__ = ["main", "parse_args"]
+
+
+def _config(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "sizes": [list(s) for s in args.sizes],
+        "dtype": args.dtype,
+        "grad": args.grad,
+        "runs": args.runs,
+        "warmup": args.warmup,
+        "rounds": args.rounds,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "lltm": lltm.build_info(),
+    }
+
+
+def _at_least(minimum: int, name: str) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``minimum`` (``name`` is what argparse calls it)."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            msg = f"must be at least {minimum}, got {value}"
+            raise argparse.ArgumentTypeError(msg)
+        return value
+
+    # argparse names the type in "invalid <name> value: 'x'".
+    parse.__name__ = name
+    return parse
+
+
+_positive = _at_least(1, "_positive")
+_non_negative = _at_least(0, "_non_negative")
+
+
+def _sizes(text: str) -> list[tuple[int, ...]]:
+    """BATCHxFEATURESxSTATE[,...]; with ``--sequence``, also STEPSxBATCHxFEATURESxSTATE."""
+    sizes = []
+    for item in text.split(","):
+        try:
+            size = tuple(int(v) for v in item.lower().split("x"))
+        except ValueError:
+            size = ()
+        if len(size) not in (3, 4):
+            msg = (
+                "expected BATCHxFEATURESxSTATE[,...], e.g. 16x32x128,4096x32x128 (with "
+                f"--sequence, also STEPSxBATCHxFEATURESxSTATE); got {item!r}"
+            )
+            raise argparse.ArgumentTypeError(msg)
+        if min(size) < 1:
+            msg = f"sizes must be at least 1, got {item!r}"
+            raise argparse.ArgumentTypeError(msg)
+        sizes.append(size)
+    return sizes
+
+
+def _positive_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        msg = f"expected positive integers N[,N...], e.g. 16,64; got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return values
+
+
+def _fs_list(text: str) -> list[tuple[int, int]]:
+    pairs = []
+    for item in text.split(","):
+        try:
+            features, state = (int(v) for v in item.lower().split("x"))
+        except ValueError:
+            features = state = 0
+        if min(features, state) < 1:
+            msg = f"expected FEATURESxSTATE[,...], e.g. 32x128,256x512; got {item!r}"
+            raise argparse.ArgumentTypeError(msg)
+        pairs.append((features, state))
+    return pairs
+
+
+def _precision_list(text: str) -> list[str]:
+    names = text.split(",")
+    unknown = [n for n in names if n not in seq.PRECISIONS]
+    if unknown:
+        msg = f"unknown {', '.join(unknown)}; choose from {', '.join(seq.PRECISIONS)}"
+        raise argparse.ArgumentTypeError(msg)
+    return names
+
+
+# The defaults of the options that the cell and the sequence benchmark share
+# but set differently: None in the parser, so that a value given on the
+# command line can be told from a default, and then filled in per mode.
+# -b/-f/-s: the tutorial's sizes, in both modes.
+_SHAPE_DEFAULTS: dict[str, Any] = {"batch_size": 16, "features": 32, "state_size": 128}
+_CELL_DEFAULTS: dict[str, Any] = {
+    "dtype": "float32",
+    "grad": "params",
+    "seconds": 2.0,
+    "warmup": 20,
+    "rounds": 10,
+    "max_runs": 1000,
+}
+_SEQUENCE_DEFAULTS: dict[str, Any] = {"seconds": 2.0, "warmup": 3, "rounds": 5, "max_runs": 1000}
+_SWEEP_DEFAULTS = {k: seq.SWEEP_OPTIONS[k] for k in ("seconds", "warmup", "rounds", "max_runs")}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m lltm.benchmark",
+        description="Time the LLTM training step: lltm against eager PyTorch, torch.compile, "
+        "nn.LSTMCell and the GEMM floor. With --sequence, the LLTMLayer over whole "
+        "sequences against nn.LSTM.",
+    )
+    parser.add_argument("-b", "--batch-size", type=_positive, default=None, help="default 16")
+    parser.add_argument("-f", "--features", type=_positive, default=None, help="default 32")
+    parser.add_argument("-s", "--state-size", type=_positive, default=None, help="default 128")
+    parser.add_argument(
+        "--sizes",
+        type=_sizes,
+        default=None,
+        help="a sweep: BATCHxFEATURESxSTATE[,...] (instead of -b/-f/-s); with --sequence and "
+        "no T, STEPSxBATCHxFEATURESxSTATE[,...]",
+    )
+    parser.add_argument(
+        "-d",
+        "--device",
+        default="auto",
+        help="cpu, cuda, cuda:1, a comma-separated list, or auto (every available backend; "
+        "with --sweep, CUDA if available, else the CPU)",
+    )
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default float32")
+    parser.add_argument(
+        "--grad",
+        choices=GRAD_MODES,
+        default=None,
+        help="params (default): weights and bias need grad (the tutorial's case); all: input "
+        "and states too (--sequence always differentiates the input and every parameter)",
+    )
+    parser.add_argument(
+        "-r", "--runs", type=_positive, default=None, help="timed iterations (default: --seconds)"
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="without --runs, time the variants for about this long per size (default 2; "
+        "with --sweep, 0.5 per point for all variants together)",
+    )
+    parser.add_argument("--max-runs", type=_positive, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--warmup",
+        type=_non_negative,
+        default=None,
+        help="untimed iterations (default 20; --sequence 3, at least 1, --sweep 2)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=_positive,
+        default=None,
+        help="the variants take turns this many times (default 10; --sequence 5, --sweep 3)",
+    )
+    parser.add_argument(
+        "--variants",
+        type=lambda text: text.split(","),
+        default=None,
+        help=f"comma-separated subset of {','.join(VARIANTS)} (default: all; with "
+        f"--sequence, of {','.join(seq.VARIANTS)}; --sweep: {','.join(seq.SWEEP_VARIANTS)})",
+    )
+    sequence = parser.add_argument_group("sequences (--sequence)")
+    sequence.add_argument(
+        "--sequence",
+        type=_positive,
+        nargs="?",
+        const=0,
+        metavar="T",
+        help="time the LLTMLayer over T steps against loops of the cell and nn.LSTM (no T: "
+        "with --sweep, or with --sizes STEPSxBATCHxFEATURESxSTATE)",
+    )
+    sequence.add_argument(
+        "--sweep",
+        action="store_true",
+        help="with --sequence: every T x B x (F, S) of --steps, --batches and --fs",
+    )
+    sequence.add_argument(
+        "--steps",
+        type=_positive_list,
+        default=None,
+        help=f"the sweep's T (default {','.join(map(str, seq.SWEEP_STEPS))})",
+    )
+    sequence.add_argument(
+        "--batches",
+        type=_positive_list,
+        default=None,
+        help=f"the sweep's B (default {','.join(map(str, seq.SWEEP_BATCHES))})",
+    )
+    sequence.add_argument(
+        "--fs",
+        type=_fs_list,
+        default=None,
+        help="the sweep's FEATURESxSTATE pairs (default "
+        f"{','.join(f'{f}x{s}' for f, s in seq.SWEEP_FS)})",
+    )
+    sequence.add_argument(
+        "--precision",
+        type=_precision_list,
+        default=None,
+        help=f"comma-separated subset of {','.join(seq.PRECISIONS)} (default: --dtype's; "
+        "float32 turns TF32 off for cuBLAS and cuDNN, float32-defaults keeps torch's, "
+        "where cuDNN uses TF32)",
+    )
+    sequence.add_argument(
+        "--no-gpu-time",
+        action="store_true",
+        help="skip the CUDA-graph replays that give the GPU time",
+    )
+    parser.add_argument(
+        "--launches",
+        "--kernels",
+        action="store_true",
+        dest="launches",
+        help="count the GPU operations of each variant's forward and backward (CUDA)",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="draw step time against batch size (with --sweep: the speedup heat map)",
+    )
+    parser.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the results as JSON to PATH ('-' prints JSON instead of the table)",
+    )
+    args = parser.parse_args(argv)
+    if args.sequence is None:
+        _check_cell_args(parser, args)
+    else:
+        _check_sequence_args(parser, args)
+    return args
+
+
+def _given(args: argparse.Namespace, *names: str) -> list[str]:
+    """The options among ``names`` (dests) given on the command line, spelt as options."""
+    return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) not in (None, False)]
+
+
+def _fill(args: argparse.Namespace, defaults: dict[str, Any]) -> None:
+    """Set the options of ``defaults`` that the command line left out."""
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+
+
+def _check_variants(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    known: Sequence[str],
+    mode: str = "",
+) -> None:
+    """Refuse a ``--variants`` entry that is not in ``known``."""
+    if unknown := [v for v in args.variants or [] if v not in known]:
+        parser.error(
+            f"--variants: unknown {', '.join(unknown)}; {mode}choose from {', '.join(known)}"
+        )
+
+
+def _shape_or_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[Any]:
+    """``--sizes``, or the one BATCHxFEATURESxSTATE of -b/-f/-s; both at once are refused."""
+    shape = _given(args, "batch_size", "features", "state_size")
+    if args.sizes is not None and shape:
+        parser.error(f"{', '.join(shape)} and --sizes: give one")
+    _fill(args, _SHAPE_DEFAULTS)
+    return args.sizes or [(args.batch_size, args.features, args.state_size)]
+
+
+def _check_cell_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse the sequence-only options, then fill in the cell benchmark's defaults."""
+    if wrong := _given(args, "sweep", "steps", "batches", "fs", "precision", "no_gpu_time"):
+        parser.error(f"{', '.join(wrong)}: only with --sequence")
+    _fill(args, _CELL_DEFAULTS)
+    args.sizes = _shape_or_sizes(parser, args)
+    if any(len(size) != 3 for size in args.sizes):
+        parser.error("--sizes: expected BATCHxFEATURESxSTATE (STEPSx... only with --sequence)")
+    _check_variants(parser, args, VARIANTS)
+    args.variants = args.variants or list(VARIANTS)
+
+
+def _check_sequence_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse what ``--sequence`` cannot honour, then fill in its defaults.
+
+    Sets ``args.precision`` (a list), ``args.sizes`` (STEPSxBATCHxFEATURESxSTATE
+    tuples, without ``--sweep``) and, with ``--sweep``, ``steps``, ``batches``
+    and ``fs``.
+    """
+    if args.grad is not None:
+        parser.error("--grad: --sequence always differentiates the input and every parameter")
+    if args.dtype is not None and args.precision is not None:
+        parser.error("--dtype and --precision: give one (--precision takes a list)")
+    if args.warmup == 0:
+        parser.error("--warmup 0 with --sequence: every variant's first call is untimed")
+    args.precision = args.precision or [args.dtype or "float32"]
+    _check_variants(parser, args, seq.VARIANTS, "with --sequence ")
+    check = _check_sweep_args if args.sweep else _check_sizes_args
+    _fill(args, check(parser, args))
+
+
+def _check_sweep_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    """``--sequence --sweep``: one device, the grid from --steps/--batches/--fs; its defaults."""
+    if args.sequence:
+        parser.error("--sequence T and --sweep: the sweep takes its T from --steps")
+    if wrong := _given(args, "batch_size", "features", "state_size", "sizes"):
+        parser.error(f"{', '.join(wrong)} and --sweep: the sweep takes --batches and --fs")
+    if args.device == "auto":
+        args.device = "cuda" if "cuda" in lltm.available_backends() else "cpu"
+    if "," in args.device:
+        parser.error(f"--device {args.device}: --sweep runs on one device")
+    args.steps = args.steps or list(seq.SWEEP_STEPS)
+    args.batches = args.batches or list(seq.SWEEP_BATCHES)
+    args.fs = args.fs or list(seq.SWEEP_FS)
+    args.variants = args.variants or list(seq.SWEEP_VARIANTS)
+    return _SWEEP_DEFAULTS
+
+
+def _check_sizes_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    """``--sequence T`` or ``--sequence --sizes TxBxFxS``: set ``args.sizes`` to 4-tuples."""
+    if wrong := _given(args, "steps", "batches", "fs"):
+        parser.error(f"{', '.join(wrong)}: only with --sweep")
+    if args.plot:
+        parser.error("--plot with --sequence: only with --sweep (a heat map of the sweep)")
+    sizes = _shape_or_sizes(parser, args)
+    if args.sequence:
+        if any(len(size) != 3 for size in sizes):
+            parser.error(
+                f"--sequence {args.sequence} and --sizes STEPSx...: give T once "
+                "(--sizes BATCHxFEATURESxSTATE, or --sequence without T)"
+            )
+        sizes = [(args.sequence, *size) for size in sizes]
+    elif args.sizes is None or any(len(size) != 4 for size in sizes):
+        parser.error(
+            "--sequence without T: give --sweep, or --sizes STEPSxBATCHxFEATURESxSTATE[,...]"
+        )
+    args.sizes = sizes
+    return _SEQUENCE_DEFAULTS
+
+
+def main_sequence(args: argparse.Namespace) -> None:
+    """``--sequence``: the layer over T steps, per device, size and precision, or a sweep."""
+    options = {
+        "runs": args.runs,
+        "seconds": args.seconds,
+        "max_runs": args.max_runs,
+        "warmup": args.warmup,
+        "rounds": args.rounds,
+        "variants": args.variants,
+        "gpu_time": not args.no_gpu_time,
+        "launches": args.launches,
+    }
+    config = {
+        "mode": "sweep" if args.sweep else "sequence",
+        "precisions": args.precision,
+        **{k: v for k, v in options.items() if k != "variants"},
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "lltm": lltm.build_info(),
+    }
+    chosen = _devices(args)  # the sweep's is one, checked by parse_args
+    if args.sweep:
+        config.update(
+            steps=args.steps,
+            batches=args.batches,
+            fs=[list(p) for p in args.fs],
+            variants=args.variants,
+            device=args.device,
+        )
+
+        def save(rows: list[dict[str, Any]]) -> None:
+            # After every point: a sweep cut short keeps what it measured.
+            if args.json and args.json != "-":
+                Path(args.json).write_text(json.dumps({"config": config, "results": rows}))
+
+        results = seq.run_sweep(
+            args.steps, args.batches, args.fs, args.precision, chosen[0], on_point=save, **options
+        )
+        report = {"config": config, "results": results, "summary": seq.sweep_summary(results)}
+        text = seq.format_sweep_tables(results)
+    else:
+        config.update(sizes=[list(s) for s in args.sizes], variants=args.variants)
+        results = [
+            row
+            for device in chosen
+            for size in args.sizes
+            for precision in args.precision
+            for row in seq.run_sequence(*size, device=device, precision=precision, **options)
+        ]
+        report = {"config": config, "results": results}
+        text = seq.format_sequence_table(results)
+    if args.json == "-":
+        print(json.dumps(report, indent=2))  # noqa: T201
+    else:
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=2))
+        for device in chosen:
+            print(seq.describe(args.precision, device))  # noqa: T201
+        print(text, flush=True)  # noqa: T201
+    # Last: without matplotlib this stops, and the tables are out already.
+    if args.plot:
+        seq.plot_sweep(results, args.plot)
+
+
+def _devices(args: argparse.Namespace) -> list[torch.device]:
+    """``--device``'s devices; a note where ``--launches`` has no GPU to count on."""
+    chosen = devices(args.device)
+    if args.launches and all(d.type != "cuda" for d in chosen):
+        progress(f"note: --launches counts GPU operations: none on {', '.join(map(str, chosen))}")
+    return chosen
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the benchmark and print the table (or JSON)."""
+    args = parse_args(argv)
+    if args.sequence is not None:
+        main_sequence(args)
+        return
+    results = run(args, _devices(args))
+    report = {"config": _config(args), "results": [asdict(r) for r in results]}
+    if args.plot:
+        plot(results, args.plot)
+    if args.json == "-":
+        print(json.dumps(report, indent=2))  # noqa: T201
+        return
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    config = report["config"]
+    print(  # noqa: T201
+        f"LLTM training step: forward, then (new_h.sum() + new_cell.sum()).backward(); "
+        f"{platform(config['gpu'])}, TF32 "
+        f"{'on' if config['allow_tf32'] else 'off'}\n"
+        "microseconds per iteration (medians); speedup = python / variant, "
+        "x floor = variant / floor, on fwd+bwd\n"
+    )
+    print(format_table(results))  # noqa: T201
