@@ -238,8 +238,9 @@ def _cpu_kernel_objects(
     digest = hashlib.sha256(json.dumps([torch.__version__, commands]).encode())
     for path in [source, *sorted((root / "cpp").glob("*.h"))]:
         digest.update(path.read_bytes())
-    folder = Path(build_directory or cpp_extension.get_default_build_root())
-    folder = folder / "lltm_cpu_kernels" / digest.hexdigest()[:16]
+    # Where torch would build when build_directory is None.
+    root_dir = os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()
+    folder = Path(build_directory or root_dir) / "lltm_cpu_kernels" / digest.hexdigest()[:16]
     objects = {name: folder / f"{name.lower()}.o" for name in commands}
     todo = [name for name, path in objects.items() if not path.is_file()]
     if todo:
