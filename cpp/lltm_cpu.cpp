@@ -1,7 +1,7 @@
 // LLTM on the CPU: the kernels of every lltm op for the CPU dispatch key.
 //
 // Each op is GEMMs in ATen (BLAS) around one fused, vectorized pointwise
-// pass (lltm_cpu_kernel_impl.h, which states the math), split over threads
+// pass (lltm_cpu_kernel.cpp, which states the math), split over threads
 // by rows with at::parallel_for:
 //
 //   cell           X = [old_h | input], Z = X W^T, pointwise
@@ -20,7 +20,6 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
-#include <ATen/Version.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
@@ -30,47 +29,9 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <string>
 #include <utility>
 
 namespace lltm {
-namespace cpu {
-
-// The kernels of the best capability that ATen reports for this processor
-// (which ATEN_CPU_CAPABILITY can lower, as for ATen's own kernels).
-template <typename T>
-const Kernels<T>& best_kernels() {
-  static const Kernels<T> table = [] {
-    const std::string capability = at::get_cpu_capability();
-    if (capability == "AVX512") {
-      if (const auto k = avx512_kernels<T>(); k.forward != nullptr) {
-        return k;
-      }
-    }
-    if (capability == "AVX512" || capability == "AVX2") {
-      if (const auto k = avx2_kernels<T>(); k.forward != nullptr) {
-        return k;
-      }
-    }
-    return default_kernels<T>();
-  }();
-  return table;
-}
-
-template const Kernels<float>& best_kernels();
-template const Kernels<double>& best_kernels();
-template const Kernels<c10::Half>& best_kernels();
-template const Kernels<c10::BFloat16>& best_kernels();
-
-// Rows per task: enough elements to be worth a thread.
-int64_t rows_per_task(int64_t state_size) {
-  constexpr int64_t kElementsPerTask = 16384;
-  return std::max<int64_t>(
-      1, kElementsPerTask / std::max<int64_t>(1, state_size));
-}
-
-} // namespace cpu
-
 namespace {
 
 using cpu::best_kernels;

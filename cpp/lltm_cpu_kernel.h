@@ -1,15 +1,20 @@
-// The LLTM pointwise CPU kernels: what lltm_cpu.cpp calls.
+// The LLTM pointwise CPU kernels: what lltm_cpu.cpp and sequence_cpu.cpp
+// call.
 //
-// Each kernel works on a range of batch rows, so that lltm_cpu.cpp can split
-// the batch over threads with at::parallel_for. It is compiled once per CPU
-// capability (lltm_cpu_kernel_{default,avx2,avx512}.cpp, from
-// lltm_cpu_kernel_impl.h), and lltm_cpu.cpp picks the table of the best one
-// the processor runs, as ATen's own kernels do.
+// Each kernel works on a range of batch rows, so that the callers can split
+// the batch over threads with at::parallel_for. lltm_cpu_kernel.cpp is
+// compiled once per CPU capability, each object with its own flags, and
+// cpu_dispatch.cpp picks the table of the best one the processor runs, as
+// ATen's own kernels do.
 #pragma once
 
 #include <ATen/OpMathType.h>
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
 #include <cstdint>
+#include <tuple>
 
 namespace lltm::cpu {
 
@@ -75,17 +80,19 @@ struct Kernels {
   void (*backward)(const BackwardArgs<T>& args, int64_t begin, int64_t end);
 };
 
-// The kernels of one CPU capability. A capability that this compiler or
-// target cannot build returns a table of nullptr, and the caller falls back
-// to the next one.
-template <typename T>
-Kernels<T> default_kernels();
-template <typename T>
-Kernels<T> avx2_kernels();
-template <typename T>
-Kernels<T> avx512_kernels();
+// The kernels of one CPU capability, for every dtype.
+using KernelTable = std::tuple<
+    Kernels<float>,
+    Kernels<double>,
+    Kernels<c10::Half>,
+    Kernels<c10::BFloat16>>;
 
-// The kernels of the best capability this processor runs (lltm_cpu.cpp
+// The C name of a capability's table, lltm_cpu_kernels_<capability>: the one
+// symbol its object keeps global (cmake/LltmCpuKernels.cmake says why).
+#define LLTM_CPU_KERNEL_TABLE(capability) LLTM_CPU_KERNEL_TABLE_(capability)
+#define LLTM_CPU_KERNEL_TABLE_(capability) lltm_cpu_kernels_##capability
+
+// The kernels of the best capability this processor runs (cpu_dispatch.cpp
 // picks them once), for the cell's ops and the sequence's step loop.
 template <typename T>
 const Kernels<T>& best_kernels();

@@ -1,5 +1,5 @@
 // The sequence ops on the CPU: per step one GEMM (BLAS) and the cell's
-// vectorized pointwise kernel (lltm_cpu_kernel_impl.h states its math),
+// vectorized pointwise kernel (lltm_cpu_kernel.cpp states its math),
 // split over threads by rows; sequence.cpp does the rest (sequence.h states
 // the math).
 #include "cell_backend.h"

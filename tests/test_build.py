@@ -6,7 +6,10 @@ import ast
 import ctypes
 import importlib.metadata
 import json
+import platform
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -175,3 +178,66 @@ def test_runpath_points_at_torch() -> None:
     data = Path(_C.__file__).read_bytes()
     assert TORCH_RPATH in data
     ctypes.CDLL(_C.__file__)  # already loaded: a no-op that must not fail
+
+
+# Instructions past x86-64's baseline that the AVX2 and AVX-512 kernels are
+# compiled with (cpp/cpu_capabilities.txt): the VEX and EVEX encodings, with
+# their ymm, zmm and mask registers, and BMI, LZCNT and POPCNT.
+BEYOND_BASELINE = re.compile(
+    r"^v|%[yz]mm|%k[0-7]|^(andn|bextr|blsi|blsmsk|blsr|bzhi|lzcnt|mulx|pdep|pext|popcnt|rorx|"
+    r"sarx|shlx|shrx)\b"
+)
+
+
+def avx_reached_from_baseline_code(library: Path) -> list[str]:
+    """The functions of an x86-64 ELF library that use BEYOND_BASELINE and run unasked.
+
+    That is, that code without such instructions calls or jumps to directly,
+    or static initializers, which run on loading: what a processor without
+    AVX could run. A kernel is reached only through its capability's table.
+    """
+
+    def run(*command: str | Path) -> str:
+        return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+
+    symbols = [line.split(maxsplit=2) for line in run("nm", "--defined-only", library).splitlines()]
+    if not symbols:
+        pytest.skip(f"{library.name} is stripped: its functions cannot be told apart")
+    # A call through the PLT reaches the global definition of its symbol.
+    exported = {name: int(address, 16) for address, kind, name in symbols if kind in "TWi"}
+    names: dict[int, str] = {}
+    uses: dict[int, bool] = {}
+    targets: dict[int, set[int]] = {}
+    start = -1
+    for line in run("objdump", "-d", "--no-show-raw-insn", library).splitlines():
+        if label := re.fullmatch(r"([0-9a-f]+) <(.+)>:", line):
+            start = int(label[1], 16)
+            names[start], uses[start], targets[start] = label[2], False, set()
+        elif "\t" in line and start in names:
+            instruction = line.split("\t")[1]
+            uses[start] |= bool(BEYOND_BASELINE.search(instruction))
+            if jump := re.match(r"(?:call|jmp)\s+([0-9a-f]+) <([^+>]+)>", instruction):
+                plt = jump[2].removesuffix("@plt")
+                target = int(jump[1], 16) if plt == jump[2] else exported.get(plt, -1)
+                targets[start].add(target)
+    assert any(uses.values()), f"no function of {library.name} uses AVX"
+    reached = {t for a in names if not uses[a] for t in targets[a] if uses.get(t)}
+    reached |= {a for a in names if uses[a] and "_GLOBAL__sub_I" in names[a]}
+    return sorted(names[a] for a in reached)
+
+
+@pytest.mark.skipif(
+    sys.platform != "linux" or platform.machine() != "x86_64" or shutil.which("objdump") is None,
+    reason="x86-64 Linux builds the AVX2 and AVX-512 kernels; objdump reads them",
+)
+def test_avx_code_stays_in_the_kernels() -> None:
+    """Each capability's object keeps its copies of inline functions to itself.
+
+    See cmake/LltmCpuKernels.cmake: otherwise the linker could pick an AVX2
+    copy of a header's inline function for the whole module.
+    """
+    assert avx_reached_from_baseline_code(Path(_C.__file__)) == []
+    exported = subprocess.run(
+        ["nm", "-D", "--defined-only", _C.__file__], capture_output=True, text=True, check=True
+    ).stdout
+    assert "lltm_cpu_kernels_" not in exported

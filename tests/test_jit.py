@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import platform
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,7 @@ import torch
 import lltm
 from helpers import make_inputs, run_python
 from lltm import _C, jit
+from test_build import avx_reached_from_baseline_code
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,6 +90,10 @@ def test_jit_build_matches_the_prebuilt_module(extensions_dir: Path, tmp_path: P
     assert "Building extension module lltm_jit" in first_log
     # A ninja step per source, whatever the compiler ($CXX) is called.
     assert re.search(r"\[\d+/\d+\] \S+ .*lltm_cpu\.cpp", first_log), first_log
+    if sys.platform == "linux" and platform.machine() == "x86_64" and shutil.which("objdump"):
+        # The kernels of each instruction set, built with their own flags.
+        assert "-DCPU_CAPABILITY=AVX2 -DCPU_CAPABILITY_AVX2 -mavx2" in first_log
+        assert avx_reached_from_baseline_code(Path(info["library"])) == []
 
     # Unchanged sources: the second load comes from the cache, with no build.
     second = run(code, tmp_path / "args.pt", tmp_path / "out2.pt", **env)
@@ -168,11 +176,11 @@ def _cmake_sources() -> set[str]:
     text = (ROOT / "CMakeLists.txt").read_text() + "".join(
         p.read_text() for p in (ROOT / "cmake").glob("*.cmake")
     )
-    return set(re.findall(r"\b(?:cpp|cuda)/\w+\.(?:cpp|cu|h)\b", text))
+    return set(re.findall(r"\b(?:cpp|cuda)/\w+\.(?:cpp|cu|h|txt)\b", text))
 
 
 def test_jit_sources_are_the_cmake_sources() -> None:
-    compiled = {s for s in _cmake_sources() if not s.endswith(".h")}
+    compiled = {s for s in _cmake_sources() if s.endswith((".cpp", ".cu"))}
     assert compiled == set(jit.CPU_SOURCES + jit.CUDA_SOURCES + jit.CPU_KERNEL_SOURCES)
 
 

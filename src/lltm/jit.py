@@ -18,9 +18,14 @@ steps, ``LLTM_JIT_CUDA=0|1`` overrides the CUDA default, and torch's
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import os
+import platform
+import shlex
 import shutil
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -40,14 +45,14 @@ __all__ = [
 ]
 
 # The files CMakeLists.txt compiles, relative to the source directory; a test
-# checks the lists agree. The CPU kernels, one file per instruction set, come
-# last in the link, as in CMakeLists.txt (see cpp/lltm_cpu_kernel_avx2.cpp).
+# checks the lists agree.
 CPU_SOURCES = (
     "cpp/bindings.cpp",
     "cpp/lltm.cpp",
     "cpp/autograd.cpp",
     "cpp/lltm_aten.cpp",
     "cpp/lltm_cpu.cpp",
+    "cpp/cpu_dispatch.cpp",
     "cpp/sequence.cpp",
     "cpp/sequence_cpu.cpp",
     "cpp/autocast.cpp",
@@ -61,11 +66,10 @@ CUDA_SOURCES = (
     "cuda/lltm_sequence.cu",
     "cuda/lltm_step.cu",
 )
-CPU_KERNEL_SOURCES = (
-    "cpp/lltm_cpu_kernel_default.cpp",
-    "cpp/lltm_cpu_kernel_avx2.cpp",
-    "cpp/lltm_cpu_kernel_avx512.cpp",
-)
+# The CPU kernels: built with the sources, the DEFAULT ones; on x86-64 Linux,
+# built again here for each other capability, each with its own flags, which
+# torch.utils.cpp_extension (one set of flags for every file) cannot do.
+CPU_KERNEL_SOURCES = ("cpp/lltm_cpu_kernel.cpp",)
 
 _lock = threading.Lock()
 _loaded: ModuleType | None = None
@@ -167,12 +171,13 @@ def load(
             Path(build_directory).mkdir(parents=True, exist_ok=True)
         openmp, openmp_lib = _openmp_flags()
         with _log_to_stderr(cpp_extension.logger if verbose else None):
+            kernels, kernel_defines = _cpu_kernel_objects(root, build_directory)
             module = cpp_extension.load(
                 # Separate cache entries for the two variants.
                 name="lltm_jit_cuda" if with_cuda else "lltm_jit",
                 sources=[str(s) for s in sources],
-                extra_cflags=["-O3", *openmp],
-                extra_ldflags=openmp_lib,
+                extra_cflags=["-O3", *openmp, *kernel_defines],
+                extra_ldflags=[*openmp_lib, *kernels],
                 extra_cuda_cflags=["-O3", "-lineinfo"],
                 with_cuda=with_cuda,
                 build_directory=None if build_directory is None else str(build_directory),
@@ -200,6 +205,71 @@ def _openmp_flags() -> tuple[list[str], list[str]]:
     if sys.platform != "linux" or not libgomp.is_file():
         return [], []
     return ["-fopenmp"], [str(libgomp)]
+
+
+def _cpu_kernel_objects(
+    root: Path, build_directory: str | os.PathLike[str] | None
+) -> tuple[list[str], list[str]]:
+    """The CPU kernels of each capability besides DEFAULT, built as the CMake build does.
+
+    Returns the objects, for the link, and the defines that tell
+    cpp/cpu_dispatch.cpp which capabilities they hold: on x86-64 Linux, each
+    capability of cpp/cpu_capabilities.txt compiled with its own flags, then
+    objcopy keeps only its table global (cmake/LltmCpuKernels.cmake says
+    why); elsewhere none. torch relinks the module when its link flags
+    change, not when an object they name does, so the objects go in a folder
+    named by a digest of their commands and sources.
+    """
+    objcopy = shutil.which("objcopy")
+    if sys.platform != "linux" or platform.machine() != "x86_64" or objcopy is None:
+        return [], []
+    from torch.utils import cpp_extension  # noqa: PLC0415 - import is slow
+
+    source = root / CPU_KERNEL_SOURCES[0]
+    # As torch.utils.cpp_extension compiles C++ on Linux, with hidden symbols
+    # as in the CMake build.
+    base = [cpp_extension.get_cxx_compiler(), "-fPIC", "-std=c++20", "-O3", "-fvisibility=hidden"]
+    for include in cpp_extension.include_paths():
+        base += ["-isystem", include]
+    commands = {
+        name: [*base, f"-DCPU_CAPABILITY={name}", f"-DCPU_CAPABILITY_{name}", *flags]
+        for name, flags in _cpu_capabilities(root)
+    }
+    digest = hashlib.sha256(json.dumps([torch.__version__, commands]).encode())
+    for path in [source, *sorted((root / "cpp").glob("*.h"))]:
+        digest.update(path.read_bytes())
+    # Where torch would build when build_directory is None.
+    root_dir = os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()
+    folder = Path(build_directory or root_dir) / "lltm_cpu_kernels" / digest.hexdigest()[:16]
+    objects = {name: folder / f"{name.lower()}.o" for name in commands}
+    todo = [name for name, path in objects.items() if not path.is_file()]
+    if todo:
+        folder.mkdir(parents=True, exist_ok=True)
+        # Compiled side by side, each to a file of its own until it is done.
+        steps = []
+        for name in todo:
+            partial = objects[name].with_suffix(f".{os.getpid()}.o")
+            command = [*commands[name], "-c", str(source), "-o", str(partial)]
+            cpp_extension.logger.info("lltm: %s", shlex.join(command))
+            run = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+            steps.append((name, partial, run))
+        for name, partial, run in steps:
+            output = run.communicate()[0]
+            if run.returncode != 0:
+                msg = f"Error building lltm's {name} CPU kernels: {shlex.join(run.args)}\n{output}"
+                raise RuntimeError(msg)
+            keep = f"--keep-global-symbol=lltm_cpu_kernels_{name}"
+            subprocess.run([objcopy, keep, "--remove-section=.group", str(partial)], check=True)
+            partial.replace(objects[name])
+    return [str(path) for path in objects.values()], [f"-DLLTM_HAVE_{n}_KERNELS" for n in objects]
+
+
+def _cpu_capabilities(root: Path) -> list[tuple[str, list[str]]]:
+    """The capabilities of cpp/cpu_capabilities.txt, each with its compiler flags."""
+    lines = (root / "cpp" / "cpu_capabilities.txt").read_text().splitlines()
+    return [(w[0], w[1:]) for w in (line.split() for line in lines if line[:1].isupper())]
 
 
 def load_from_environment() -> ModuleType:

@@ -1,7 +1,12 @@
-// LLTM pointwise CPU kernels, vectorized with at::vec::Vectorized. Included
-// only by lltm_cpu_kernel_<capability>.cpp, each of which defines
-// CPU_CAPABILITY (and its CPU_CAPABILITY_<name> macro) first, so every
-// capability gets its own copy in its own inline namespace, as in ATen.
+// LLTM pointwise CPU kernels, vectorized with at::vec::Vectorized.
+//
+// This file is compiled once per CPU capability, as ATen's kernels are: with
+// the module's other sources for DEFAULT, which any processor runs (at::vec's
+// portable Vectorized, NEON on arm64), and on x86-64 again for each
+// capability of cpu_capabilities.txt, with that capability's flags and
+// -DCPU_CAPABILITY=<name> -DCPU_CAPABILITY_<name>, which select at::vec's
+// code for it (cmake/LltmCpuKernels.cmake, and lltm.jit). Each object defines
+// its capability's table, LLTM_CPU_KERNEL_TABLE(<name>), for cpu_dispatch.cpp.
 //
 // Forward, per (b, s), with the pre-activations Z = [Z_i | Z_o | Z_c] and
 // the bias b (added here, not in the GEMM):
@@ -21,7 +26,12 @@
 //
 // float16 and bfloat16 are loaded into float vectors and stored back:
 // every intermediate is float, as in ATen's reduced-precision kernels.
-#pragma once
+
+// DEFAULT: compiled with the module's other sources, which name no capability.
+#ifndef CPU_CAPABILITY
+#define CPU_CAPABILITY DEFAULT
+#define CPU_CAPABILITY_DEFAULT
+#endif
 
 #include "lltm_cpu_kernel.h"
 
@@ -31,6 +41,8 @@
 #include <algorithm>
 #include <type_traits>
 
+// Each capability's kernels in a namespace of their own, as in ATen: its
+// instantiations are other functions than the other capabilities'.
 namespace lltm::cpu {
 inline namespace CPU_CAPABILITY {
 
@@ -198,9 +210,16 @@ void backward_rows(const BackwardArgs<T>& a, int64_t begin, int64_t end) {
 }
 
 template <typename T>
-Kernels<T> kernels() {
+constexpr Kernels<T> kernels() {
   return {&forward_rows<T>, &backward_rows<T>};
 }
 
 } // namespace CPU_CAPABILITY
 } // namespace lltm::cpu
+
+// C linkage, for a name that the build can keep global.
+extern "C" const lltm::cpu::KernelTable LLTM_CPU_KERNEL_TABLE(CPU_CAPABILITY) =
+    {lltm::cpu::kernels<float>(),
+     lltm::cpu::kernels<double>(),
+     lltm::cpu::kernels<c10::Half>(),
+     lltm::cpu::kernels<c10::BFloat16>()};
