@@ -2,10 +2,11 @@
 // pattern of torchvision's csrc/ops/autograd. A training step makes one call
 // from Python, and its backward never enters Python.
 //
-// Each autograd kernel either records a node (a torch::autograd::Function)
-// and calls the op below autograd, or, when no graph is recorded, calls the
-// op below autograd straight away. torch.compile traces through these
-// kernels to the ops below, whose fake kernels live in lltm/ops.py.
+// Every op has the same autograd kernel: when a graph is recorded, its node
+// (a torch::autograd::Function) records it and calls the op below autograd;
+// else the kernel calls the op below autograd straight away. torch.compile
+// traces through these kernels to the ops below, whose fake kernels live in
+// lltm/ops.py.
 //
 //   cell          -> cell_forward (saves the activations, and X when the
 //                    weights need a gradient), backward: cell_backward with
@@ -19,17 +20,19 @@
 //                    that need a gradient
 //   sequence_backward: not differentiable again, like cell_backward
 #include "lltm.h"
+#include "ops.h"
 #include "sequence.h"
 
 #include <c10/core/GradMode.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
-#include <algorithm>
 #include <array>
-#include <initializer_list>
+#include <cstddef>
 #include <optional>
-#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 
 namespace lltm {
 namespace {
@@ -37,50 +40,29 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The ops' signatures, as their kernels take them.
-using CellSignature = CellResult(
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&);
-using CellForwardSignature = CellForwardResult(
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    bool);
-using CellBackwardSignature = CellBackwardResult(
-    const std::optional<at::Tensor>&,
-    const std::optional<at::Tensor>&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const std::optional<at::Tensor>&,
-    const at::Tensor&,
-    OutputMask);
-using ForwardSignature = ForwardResult(
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&);
-using BackwardSignature = BackwardResult(
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&);
+bool requires_grad(const at::Tensor& t) {
+  return t.defined() && t.requires_grad();
+}
 
-bool records_graph(std::initializer_list<const at::Tensor*> tensors) {
-  return c10::GradMode::is_enabled() &&
-      std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor* t) {
-           return t->defined() && t->requires_grad();
-         });
+bool requires_grad(const std::optional<at::Tensor>& t) {
+  return t && requires_grad(*t);
+}
+
+// save_X and output_mask.
+template <typename NotATensor>
+bool requires_grad(const NotATensor& /*arg*/) {
+  return false;
+}
+
+template <typename... Args>
+bool records_graph(const Args&... args) {
+  return c10::GradMode::is_enabled() && (requires_grad(args) || ...);
+}
+
+template <typename Op, typename... Args>
+typename Op::Result call_below_autograd(const Args&... args) {
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return Op::call(args...);
 }
 
 std::optional<at::Tensor> optional(const at::Tensor& t) {
@@ -93,33 +75,122 @@ at::Tensor value(const std::optional<at::Tensor>& t) {
 
 // A node's outputs must be defined: a masked backward op's node returns the
 // gradients in its output_mask, in order, and by_mask puts them back.
-variable_list defined_outputs(
-    std::initializer_list<std::optional<at::Tensor>> grads) {
-  variable_list out;
-  for (const auto& grad : grads) {
-    if (grad) {
-      out.push_back(*grad);
-    }
+void append_defined(variable_list& out, at::Tensor t) {
+  out.push_back(std::move(t));
+}
+
+void append_defined(variable_list& out, std::optional<at::Tensor> t) {
+  if (t) {
+    out.push_back(std::move(*t));
   }
+}
+
+template <typename Outputs>
+variable_list defined_outputs(Outputs outputs) {
+  variable_list out;
+  out.reserve(std::tuple_size_v<Outputs>);
+  std::apply(
+      [&](auto&... o) { (append_defined(out, std::move(o)), ...); }, outputs);
   return out;
 }
 
-CellBackwardResult by_mask(const variable_list& out, const OutputMask& mask) {
+CellBackwardResult by_mask(variable_list& out, const OutputMask& mask) {
   std::array<std::optional<at::Tensor>, 5> grads;
   auto next = out.begin();
   for (size_t k = 0; k < grads.size(); ++k) {
     if (mask[k]) {
-      grads[k] = *next++;
+      grads[k] = std::move(*next++);
     }
   }
   return {grads[0], grads[1], grads[2], grads[3], grads[4]};
+}
+
+// Output k of an op from its node's outputs: an optional one is absent where
+// the node has none (cell_forward's X, when not saved).
+template <typename Output>
+Output output(variable_list& out, size_t k) {
+  if constexpr (std::is_same_v<Output, at::Tensor>) {
+    return std::move(out[k]);
+  } else {
+    return k < out.size() ? Output(std::move(out[k])) : std::nullopt;
+  }
+}
+
+template <typename Result, size_t... k>
+Result from_outputs(variable_list& out, std::index_sequence<k...> /*ks*/) {
+  return {output<std::tuple_element_t<k, Result>>(out, k)...};
+}
+
+// The ops with an output_mask, their last argument, return only the
+// gradients in it.
+template <typename... Args>
+constexpr bool has_output_mask = std::is_same_v<
+    std::tuple_element_t<sizeof...(Args) - 1, std::tuple<Args...>>,
+    OutputMask>;
+
+// The autograd kernel of every op, with Function the one that records it.
+template <typename Function>
+struct Autograd {
+  template <typename Op, typename... Args>
+  static typename Op::Result call(const Args&... args) {
+    using Result = typename Op::Result;
+    if (!records_graph(args...)) {
+      return call_below_autograd<Op>(args...);
+    }
+    variable_list out = Function::apply(args...);
+    if constexpr (has_output_mask<Args...>) {
+      return by_mask(out, std::get<sizeof...(Args) - 1>(std::tie(args...)));
+    } else {
+      return from_outputs<Result>(
+          out, std::make_index_sequence<std::tuple_size_v<Result>>());
+    }
+  }
+};
+
+// The output_mask of a node's masked backward op: which of the node's first
+// five inputs (input, weights, bias, then the state) need a gradient.
+OutputMask needs_input_grad(AutogradContext* ctx) {
+  OutputMask mask{};
+  for (size_t k = 0; k < mask.size(); ++k) {
+    mask[k] = ctx->needs_input_grad(k);
+  }
+  return mask;
+}
+
+// bias is [3 * state_size] or [1, 3 * state_size], and its gradient the same.
+void save_bias_shape(AutogradContext* ctx, const at::Tensor& bias) {
+  ctx->saved_data["bias_is_2d"] = bias.dim() == 2;
+}
+
+bool bias_is_2d(AutogradContext* ctx) {
+  return ctx->saved_data["bias_is_2d"].toBool();
+}
+
+// What a node returns for its inputs from its masked backward op's
+// gradients: undefined where masked out, d_bias in the shape of bias, then
+// `none` for the inputs no gradient reaches.
+template <typename... None>
+variable_list input_grads(
+    AutogradContext* ctx,
+    CellBackwardResult grads,
+    const None&... none) {
+  auto& d_bias = std::get<2>(grads);
+  if (d_bias && bias_is_2d(ctx)) {
+    d_bias = d_bias->unsqueeze(0);
+  }
+  return std::apply(
+      [&](const auto&... grad) {
+        return variable_list{value(grad)..., none...};
+      },
+      grads);
 }
 
 constexpr const char* kFirstOrderOnly =
     " is not differentiable: lltm supports first-order gradients only";
 
 // lltm::cell and lltm::cell_forward. Outputs: new_h, new_cell, and the
-// non-differentiable gates and X (undefined unless saved).
+// non-differentiable gates and X (undefined unless saved). lltm::cell has
+// no save_X: X is saved when the weights need a gradient.
 class CellFunction : public torch::autograd::Function<CellFunction> {
  public:
   static variable_list forward(
@@ -129,20 +200,19 @@ class CellFunction : public torch::autograd::Function<CellFunction> {
       const at::Tensor& bias,
       const at::Tensor& old_h,
       const at::Tensor& old_cell,
-      bool save_X) {
+      std::optional<bool> save_X = std::nullopt) {
+    const bool save = save_X.value_or(weights.requires_grad());
     TORCH_CHECK_VALUE(
-        save_X || !weights.requires_grad(),
+        save || !weights.requires_grad(),
         "lltm::cell_forward: the gradient of weights needs X = [old_h | "
         "input]: call it with save_X=True");
     // An output that does not reach the loss gets no gradient (undefined),
     // rather than zeros the backward would have to read.
     ctx->set_materialize_grads(false);
-    static const auto op = find_op<CellForwardSignature>("lltm::cell_forward");
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto [new_h, new_cell, gates, X] =
-        op.call(input, weights, bias, old_h, old_cell, save_X);
+    auto [new_h, new_cell, gates, X] = call_below_autograd<ops::CellForward>(
+        input, weights, bias, old_h, old_cell, save);
     ctx->save_for_backward({new_cell, gates, value(X), weights});
-    ctx->saved_data["bias_is_2d"] = bias.dim() == 2;
+    save_bias_shape(ctx, bias);
     // A node's outputs must be defined: X is one only when saved.
     if (!X) {
       ctx->mark_non_differentiable({gates});
@@ -154,139 +224,19 @@ class CellFunction : public torch::autograd::Function<CellFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const OutputMask mask{
-        ctx->needs_input_grad(0),
-        ctx->needs_input_grad(1),
-        ctx->needs_input_grad(2),
-        ctx->needs_input_grad(3),
-        ctx->needs_input_grad(4)};
-    static const auto op =
-        find_op<CellBackwardSignature>("lltm::cell_backward");
-    auto [d_input, d_weights, d_bias, d_old_h, d_old_cell] = op.call(
-        optional(grads[0]),
-        optional(grads[1]),
-        saved[0],
-        saved[1],
-        optional(saved[2]),
-        saved[3],
-        mask);
-    if (d_bias && ctx->saved_data["bias_is_2d"].toBool()) {
-      d_bias = d_bias->unsqueeze(0);
-    }
-    return {
-        value(d_input),
-        value(d_weights),
-        value(d_bias),
-        value(d_old_h),
-        value(d_old_cell),
-        /*save_X=*/at::Tensor()};
+    return input_grads(
+        ctx,
+        ops::CellBackward::call(
+            optional(grads[0]),
+            optional(grads[1]),
+            saved[0],
+            saved[1],
+            optional(saved[2]),
+            saved[3],
+            needs_input_grad(ctx)),
+        /*save_X=*/at::Tensor());
   }
 };
-
-// The backward ops record a node whose own backward raises: a second
-// derivative would otherwise be silently wrong (zero).
-class CellBackwardFunction
-    : public torch::autograd::Function<CellBackwardFunction> {
- public:
-  static variable_list forward(
-      AutogradContext* ctx,
-      const std::optional<at::Tensor>& grad_h,
-      const std::optional<at::Tensor>& grad_cell,
-      const at::Tensor& new_cell,
-      const at::Tensor& gates,
-      const std::optional<at::Tensor>& X,
-      const at::Tensor& weights,
-      OutputMask output_mask) {
-    // Masked-out outputs are undefined: no zeros to make for them.
-    ctx->set_materialize_grads(false);
-    static const auto op =
-        find_op<CellBackwardSignature>("lltm::cell_backward");
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto [a, b, c, d, e] =
-        op.call(grad_h, grad_cell, new_cell, gates, X, weights, output_mask);
-    return defined_outputs({a, b, c, d, e});
-  }
-
-  static variable_list backward(
-      AutogradContext* /*ctx*/,
-      variable_list /*grads*/) {
-    TORCH_CHECK(false, "lltm::cell_backward", kFirstOrderOnly);
-    return {};
-  }
-};
-
-class BackwardFunction : public torch::autograd::Function<BackwardFunction> {
- public:
-  static variable_list forward(
-      AutogradContext* /*ctx*/,
-      const at::Tensor& grad_h,
-      const at::Tensor& grad_cell,
-      const at::Tensor& new_cell,
-      const at::Tensor& input_gate,
-      const at::Tensor& output_gate,
-      const at::Tensor& candidate_cell,
-      const at::Tensor& X,
-      const at::Tensor& gate_weights,
-      const at::Tensor& weights) {
-    static const auto op = find_op<BackwardSignature>("lltm::backward");
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto [a, b, c, d, e] = op.call(
-        grad_h,
-        grad_cell,
-        new_cell,
-        input_gate,
-        output_gate,
-        candidate_cell,
-        X,
-        gate_weights,
-        weights);
-    return {a, b, c, d, e};
-  }
-
-  static variable_list backward(
-      AutogradContext* /*ctx*/,
-      variable_list /*grads*/) {
-    TORCH_CHECK(false, "lltm::backward", kFirstOrderOnly);
-    return {};
-  }
-};
-
-CellResult cell_autograd(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& old_h,
-    const at::Tensor& old_cell) {
-  if (!records_graph({&input, &weights, &bias, &old_h, &old_cell})) {
-    static const auto op = find_op<CellSignature>("lltm::cell");
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op.call(input, weights, bias, old_h, old_cell);
-  }
-  variable_list out = CellFunction::apply(
-      input, weights, bias, old_h, old_cell, weights.requires_grad());
-  return {out[0], out[1]};
-}
-
-CellForwardResult cell_forward_autograd(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& old_h,
-    const at::Tensor& old_cell,
-    bool save_X) {
-  if (!records_graph({&input, &weights, &bias, &old_h, &old_cell})) {
-    static const auto op = find_op<CellForwardSignature>("lltm::cell_forward");
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op.call(input, weights, bias, old_h, old_cell, save_X);
-  }
-  variable_list out =
-      CellFunction::apply(input, weights, bias, old_h, old_cell, save_X);
-  return {
-      out[0],
-      out[1],
-      out[2],
-      out.size() > 3 ? std::optional<at::Tensor>(out[3]) : std::nullopt};
-}
 
 // Tutorial's lltm::forward: new_h and new_cell are differentiable, the five
 // saved activations are not (a loss built on them would get a gradient
@@ -300,138 +250,26 @@ class ForwardFunction : public torch::autograd::Function<ForwardFunction> {
       const at::Tensor& bias,
       const at::Tensor& old_h,
       const at::Tensor& old_cell) {
-    static const auto op = find_op<ForwardSignature>("lltm::forward");
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [new_h, new_cell, i, o, g, X, gate_weights] =
-        op.call(input, weights, bias, old_h, old_cell);
+        call_below_autograd<ops::Forward>(
+            input, weights, bias, old_h, old_cell);
     ctx->save_for_backward({new_cell, i, o, g, X, gate_weights, weights});
-    ctx->saved_data["bias_is_2d"] = bias.dim() == 2;
+    save_bias_shape(ctx, bias);
     ctx->mark_non_differentiable({i, o, g, X, gate_weights});
     return {new_h, new_cell, i, o, g, X, gate_weights};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list s = ctx->get_saved_variables();
-    static const auto op = find_op<BackwardSignature>("lltm::backward");
     auto [d_old_h, d_input, d_weights, d_bias, d_old_cell] =
-        op.call(grads[0], grads[1], s[0], s[1], s[2], s[3], s[4], s[5], s[6]);
-    if (!ctx->saved_data["bias_is_2d"].toBool()) {
+        ops::Backward::call(
+            grads[0], grads[1], s[0], s[1], s[2], s[3], s[4], s[5], s[6]);
+    if (!bias_is_2d(ctx)) {
       d_bias = d_bias.squeeze(0);
     }
     return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
   }
 };
-
-ForwardResult forward_autograd(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& old_h,
-    const at::Tensor& old_cell) {
-  if (!records_graph({&input, &weights, &bias, &old_h, &old_cell})) {
-    static const auto op = find_op<ForwardSignature>("lltm::forward");
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op.call(input, weights, bias, old_h, old_cell);
-  }
-  variable_list o =
-      ForwardFunction::apply(input, weights, bias, old_h, old_cell);
-  return {o[0], o[1], o[2], o[3], o[4], o[5], o[6]};
-}
-
-CellBackwardResult cell_backward_autograd(
-    const std::optional<at::Tensor>& grad_h,
-    const std::optional<at::Tensor>& grad_cell,
-    const at::Tensor& new_cell,
-    const at::Tensor& gates,
-    const std::optional<at::Tensor>& X,
-    const at::Tensor& weights,
-    OutputMask output_mask) {
-  const at::Tensor gh = value(grad_h);
-  const at::Tensor gc = value(grad_cell);
-  const at::Tensor x = value(X);
-  if (!records_graph({&gh, &gc, &new_cell, &gates, &x, &weights})) {
-    static const auto op =
-        find_op<CellBackwardSignature>("lltm::cell_backward");
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op.call(grad_h, grad_cell, new_cell, gates, X, weights, output_mask);
-  }
-  // Optional tensors: an undefined one is no input of the node.
-  const variable_list out = CellBackwardFunction::apply(
-      grad_h, grad_cell, new_cell, gates, X, weights, output_mask);
-  return by_mask(out, output_mask);
-}
-
-BackwardResult backward_autograd(
-    const at::Tensor& grad_h,
-    const at::Tensor& grad_cell,
-    const at::Tensor& new_cell,
-    const at::Tensor& input_gate,
-    const at::Tensor& output_gate,
-    const at::Tensor& candidate_cell,
-    const at::Tensor& X,
-    const at::Tensor& gate_weights,
-    const at::Tensor& weights) {
-  if (!records_graph(
-          {&grad_h,
-           &grad_cell,
-           &new_cell,
-           &input_gate,
-           &output_gate,
-           &candidate_cell,
-           &X,
-           &gate_weights,
-           &weights})) {
-    static const auto op = find_op<BackwardSignature>("lltm::backward");
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op.call(
-        grad_h,
-        grad_cell,
-        new_cell,
-        input_gate,
-        output_gate,
-        candidate_cell,
-        X,
-        gate_weights,
-        weights);
-  }
-  variable_list o = BackwardFunction::apply(
-      grad_h,
-      grad_cell,
-      new_cell,
-      input_gate,
-      output_gate,
-      candidate_cell,
-      X,
-      gate_weights,
-      weights);
-  return {o[0], o[1], o[2], o[3], o[4]};
-}
-
-// --- sequences ---------------------------------------------------------------
-
-using SequenceSignature = sequence::Result(
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&);
-using SequenceForwardSignature = sequence::ForwardResult(
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&);
-using SequenceBackwardSignature = sequence::BackwardResult(
-    const std::optional<at::Tensor>&,
-    const std::optional<at::Tensor>&,
-    const std::optional<at::Tensor>&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    OutputMask);
 
 // lltm::sequence and lltm::sequence_forward. Outputs: output, h_n, c_n, and
 // the non-differentiable cells and gates.
@@ -447,178 +285,73 @@ class SequenceFunction : public torch::autograd::Function<SequenceFunction> {
     // An output that does not reach the loss gets no gradient (undefined),
     // which the backward reads as zeros without making them.
     ctx->set_materialize_grads(false);
-    static const auto op =
-        find_op<SequenceForwardSignature>("lltm::sequence_forward");
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [output, h_n, c_n, cells, gates] =
-        op.call(input, weights, bias, h0, c0);
+        call_below_autograd<ops::SequenceForward>(input, weights, bias, h0, c0);
     ctx->save_for_backward({input, weights, h0, output, cells, gates});
-    ctx->saved_data["bias_is_2d"] = bias.dim() == 2;
+    save_bias_shape(ctx, bias);
     ctx->mark_non_differentiable({cells, gates});
     return {output, h_n, c_n, cells, gates};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list s = ctx->get_saved_variables();
-    const OutputMask mask{
-        ctx->needs_input_grad(0),
-        ctx->needs_input_grad(1),
-        ctx->needs_input_grad(2),
-        ctx->needs_input_grad(3),
-        ctx->needs_input_grad(4)};
-    static const auto op =
-        find_op<SequenceBackwardSignature>("lltm::sequence_backward");
-    auto [d_input, d_weights, d_bias, d_h0, d_c0] = op.call(
-        optional(grads[0]),
-        optional(grads[1]),
-        optional(grads[2]),
-        s[0],
-        s[1],
-        s[2],
-        s[3],
-        s[4],
-        s[5],
-        mask);
-    if (d_bias && ctx->saved_data["bias_is_2d"].toBool()) {
-      d_bias = d_bias->unsqueeze(0);
-    }
-    return {
-        value(d_input),
-        value(d_weights),
-        value(d_bias),
-        value(d_h0),
-        value(d_c0)};
+    return input_grads(
+        ctx,
+        ops::SequenceBackward::call(
+            optional(grads[0]),
+            optional(grads[1]),
+            optional(grads[2]),
+            s[0],
+            s[1],
+            s[2],
+            s[3],
+            s[4],
+            s[5],
+            needs_input_grad(ctx)));
   }
 };
 
-class SequenceBackwardFunction
-    : public torch::autograd::Function<SequenceBackwardFunction> {
+// The node of a backward op, whose own backward raises: a second derivative
+// would otherwise be silently wrong (zero).
+template <typename Op>
+class BackwardFunction
+    : public torch::autograd::Function<BackwardFunction<Op>> {
  public:
-  static variable_list forward(
-      AutogradContext* ctx,
-      const std::optional<at::Tensor>& grad_output,
-      const std::optional<at::Tensor>& grad_h_n,
-      const std::optional<at::Tensor>& grad_c_n,
-      const at::Tensor& input,
-      const at::Tensor& weights,
-      const at::Tensor& h0,
-      const at::Tensor& output,
-      const at::Tensor& cells,
-      const at::Tensor& gates,
-      OutputMask output_mask) {
+  template <typename... Args>
+  static variable_list forward(AutogradContext* ctx, const Args&... args) {
+    // Masked-out outputs are undefined: no zeros to make for them.
     ctx->set_materialize_grads(false);
-    static const auto op =
-        find_op<SequenceBackwardSignature>("lltm::sequence_backward");
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto [a, b, c, d, e] = op.call(
-        grad_output,
-        grad_h_n,
-        grad_c_n,
-        input,
-        weights,
-        h0,
-        output,
-        cells,
-        gates,
-        output_mask);
-    return defined_outputs({a, b, c, d, e});
+    return defined_outputs(call_below_autograd<Op>(args...));
   }
 
   static variable_list backward(
       AutogradContext* /*ctx*/,
       variable_list /*grads*/) {
-    TORCH_CHECK(false, "lltm::sequence_backward", kFirstOrderOnly);
+    TORCH_CHECK(false, Op::name, kFirstOrderOnly);
     return {};
   }
 };
 
-sequence::Result sequence_autograd(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& h0,
-    const at::Tensor& c0) {
-  if (!records_graph({&input, &weights, &bias, &h0, &c0})) {
-    // Nothing to save: the op that keeps only the running state.
-    static const auto op = find_op<SequenceSignature>("lltm::sequence");
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op.call(input, weights, bias, h0, c0);
-  }
-  variable_list out = SequenceFunction::apply(input, weights, bias, h0, c0);
-  return {out[0], out[1], out[2]};
+template <typename Function, typename... Ops>
+void impl(torch::Library& m) {
+  (m.impl(Ops::name, &Ops::template kernel<Autograd<Function>>), ...);
 }
 
-sequence::ForwardResult sequence_forward_autograd(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& h0,
-    const at::Tensor& c0) {
-  if (!records_graph({&input, &weights, &bias, &h0, &c0})) {
-    static const auto op =
-        find_op<SequenceForwardSignature>("lltm::sequence_forward");
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op.call(input, weights, bias, h0, c0);
-  }
-  variable_list out = SequenceFunction::apply(input, weights, bias, h0, c0);
-  return {out[0], out[1], out[2], out[3], out[4]};
+template <typename... Ops>
+void impl_backward(torch::Library& m) {
+  (impl<BackwardFunction<Ops>, Ops>(m), ...);
 }
 
-sequence::BackwardResult sequence_backward_autograd(
-    const std::optional<at::Tensor>& grad_output,
-    const std::optional<at::Tensor>& grad_h_n,
-    const std::optional<at::Tensor>& grad_c_n,
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& h0,
-    const at::Tensor& output,
-    const at::Tensor& cells,
-    const at::Tensor& gates,
-    OutputMask output_mask) {
-  const at::Tensor go = value(grad_output);
-  const at::Tensor gh = value(grad_h_n);
-  const at::Tensor gc = value(grad_c_n);
-  if (!records_graph(
-          {&go, &gh, &gc, &input, &weights, &h0, &output, &cells, &gates})) {
-    static const auto op =
-        find_op<SequenceBackwardSignature>("lltm::sequence_backward");
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op.call(
-        grad_output,
-        grad_h_n,
-        grad_c_n,
-        input,
-        weights,
-        h0,
-        output,
-        cells,
-        gates,
-        output_mask);
-  }
-  const variable_list out = SequenceBackwardFunction::apply(
-      grad_output,
-      grad_h_n,
-      grad_c_n,
-      input,
-      weights,
-      h0,
-      output,
-      cells,
-      gates,
-      output_mask);
-  return by_mask(out, output_mask);
+void register_autograd(torch::Library& m) {
+  impl<CellFunction, ops::Cell, ops::CellForward>(m);
+  impl<ForwardFunction, ops::Forward>(m);
+  impl<SequenceFunction, ops::Sequence, ops::SequenceForward>(m);
+  impl_backward<ops::CellBackward, ops::Backward, ops::SequenceBackward>(m);
 }
 
 } // namespace
 } // namespace lltm
 
 TORCH_LIBRARY_IMPL(lltm, Autograd, m) {
-  m.impl("cell", &lltm::cell_autograd);
-  m.impl("cell_forward", &lltm::cell_forward_autograd);
-  m.impl("cell_backward", &lltm::cell_backward_autograd);
-  m.impl("forward", &lltm::forward_autograd);
-  m.impl("backward", &lltm::backward_autograd);
-  m.impl("sequence", &lltm::sequence_autograd);
-  m.impl("sequence_forward", &lltm::sequence_forward_autograd);
-  m.impl("sequence_backward", &lltm::sequence_backward_autograd);
+  lltm::register_autograd(m);
 }

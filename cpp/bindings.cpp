@@ -6,12 +6,16 @@
 // those headers, and two copies in one translation unit build fine but break
 // at run time. CMake adds no other pybind11 include directory.
 #include "lltm.h"
+#include "ops.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/TypeTraits.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/version.h>
 
+#include <cstddef>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -25,78 +29,43 @@ namespace py = pybind11;
 
 namespace {
 
-template <typename Tuple>
-std::vector<at::Tensor> to_list(Tuple&& tensors) {
-  return std::apply(
-      [](auto&&... t) { return std::vector<at::Tensor>{std::move(t)...}; },
-      std::forward<Tuple>(tensors));
-}
-
 // The tutorial's API returns lists; `Impl` is the dispatcher-calling C++ API
 // or, for the benchmark's baseline, the ATen-only implementation.
 template <auto Impl>
-std::vector<at::Tensor> forward(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& old_h,
-    const at::Tensor& old_cell) {
-  return to_list(Impl(input, weights, bias, old_h, old_cell));
-}
+struct AsList {
+  template <typename Op, typename... Args>
+  static std::vector<at::Tensor> call(const Args&... args) {
+    return std::apply(
+        [](auto&&... t) { return std::vector<at::Tensor>{std::move(t)...}; },
+        Impl(args...));
+  }
+};
 
-template <auto Impl>
-std::vector<at::Tensor> backward(
-    const at::Tensor& grad_h,
-    const at::Tensor& grad_cell,
-    const at::Tensor& new_cell,
-    const at::Tensor& input_gate,
-    const at::Tensor& output_gate,
-    const at::Tensor& candidate_cell,
-    const at::Tensor& X,
-    const at::Tensor& gate_weights,
-    const at::Tensor& weights) {
-  return to_list(Impl(
-      grad_h,
-      grad_cell,
-      new_cell,
-      input_gate,
-      output_gate,
-      candidate_cell,
-      X,
-      gate_weights,
-      weights));
-}
-
-template <typename Module, typename Function>
-void def_forward(Module& m, const char* name, Function f, const char* doc) {
+// Defines `name` as Impl, which has Op's signature, with its keyword
+// arguments named as in Op's schema, and the GIL released.
+template <typename Op, auto Impl, size_t... k>
+void def(
+    py::module_& m,
+    const char* name,
+    const char* doc,
+    std::index_sequence<k...> /*ks*/) {
+  const auto& args = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow(Op::name, "")
+                         .schema()
+                         .arguments();
   m.def(
       name,
-      f,
+      &Op::template kernel<AsList<Impl>>,
       doc,
-      py::arg("input"),
-      py::arg("weights"),
-      py::arg("bias"),
-      py::arg("old_h"),
-      py::arg("old_cell"),
+      py::arg(args[k].name().c_str())...,
       py::call_guard<py::gil_scoped_release>());
 }
 
-template <typename Module, typename Function>
-void def_backward(Module& m, const char* name, Function f, const char* doc) {
-  m.def(
-      name,
-      f,
-      doc,
-      py::arg("grad_h"),
-      py::arg("grad_cell"),
-      py::arg("new_cell"),
-      py::arg("input_gate"),
-      py::arg("output_gate"),
-      py::arg("candidate_cell"),
-      py::arg("X"),
-      py::arg("gate_weights"),
-      py::arg("weights"),
-      py::call_guard<py::gil_scoped_release>());
+template <typename Op, auto Impl>
+void def(py::module_& m, const char* name, const char* doc) {
+  constexpr size_t arity =
+      c10::guts::function_traits<typename Op::Signature>::number_of_parameters;
+  def<Op, Impl>(m, name, doc, std::make_index_sequence<arity>());
 }
 
 } // namespace
@@ -123,29 +92,25 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m, py::mod_gil_not_used()) {
   m.doc() =
       "LLTM forward and backward, the tutorial's API over the lltm:: "
       "dispatcher ops.";
-  def_forward(
+  def<lltm::ops::Forward, &lltm::forward>(
       m,
       "forward",
-      &forward<&lltm::forward>,
       "LLTM forward. Returns [new_h, new_cell, input_gate, output_gate, "
       "candidate_cell, X, gate_weights].");
-  def_backward(
+  def<lltm::ops::Backward, &lltm::backward>(
       m,
       "backward",
-      &backward<&lltm::backward>,
       "LLTM backward. Returns [d_old_h, d_input, d_weights, d_bias, "
       "d_old_cell].");
   // The ATen-only implementation on any device, without the dispatcher:
   // the benchmark's "C++ on the GPU" baseline.
-  def_forward(
+  def<lltm::ops::Forward, &lltm::aten::forward>(
       m,
       "_forward_aten",
-      &forward<&lltm::aten::forward>,
       "forward() computed with ATen operations only, on any device.");
-  def_backward(
+  def<lltm::ops::Backward, &lltm::aten::backward>(
       m,
       "_backward_aten",
-      &backward<&lltm::aten::backward>,
       "backward() computed with ATen operations only, on any device.");
   m.def(
       "supported_dtypes",

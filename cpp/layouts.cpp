@@ -12,30 +12,29 @@
 #include <ATen/core/stack.h>
 #include <torch/library.h>
 
+#include <iterator>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace lltm {
 namespace {
 
-std::string layout_name(c10::Layout layout) {
-  switch (layout) {
-    case c10::kSparse:
-      return "torch.sparse_coo";
-    case c10::kSparseCsr:
-      return "torch.sparse_csr";
-    case c10::kSparseCsc:
-      return "torch.sparse_csc";
-    case c10::kSparseBsr:
-      return "torch.sparse_bsr";
-    case c10::kSparseBsc:
-      return "torch.sparse_bsc";
-    case c10::kMkldnn:
-      return "torch._mkldnn";
-    case c10::kJagged:
-      return "torch.jagged";
-    default:
-      return "torch.strided";
+const char* layout_name(c10::Layout layout) {
+  constexpr std::pair<c10::Layout, const char*> kNames[] = {
+      {c10::kSparse, "torch.sparse_coo"},
+      {c10::kSparseCsr, "torch.sparse_csr"},
+      {c10::kSparseCsc, "torch.sparse_csc"},
+      {c10::kSparseBsr, "torch.sparse_bsr"},
+      {c10::kSparseBsc, "torch.sparse_bsc"},
+      {c10::kMkldnn, "torch._mkldnn"},
+      {c10::kJagged, "torch.jagged"}};
+  for (const auto& [known, name] : kNames) {
+    if (known == layout) {
+      return name;
+    }
   }
+  return "torch.strided";
 }
 
 void check_layout(
@@ -81,54 +80,46 @@ void reject_non_strided(
       ": expected strided tensors, but got a tensor of another kind");
 }
 
-void register_rejections(torch::Library& m) {
-  for (const char* name :
-       {"forward",
-        "backward",
-        "cell",
-        "cell_forward",
-        "cell_backward",
-        "sequence",
-        "sequence_forward",
-        "sequence_backward"}) {
-    m.impl(
-        name, torch::CppFunction::makeFromBoxedFunction<&reject_non_strided>());
+// The keys that tensors other than plain strided ones dispatch to.
+constexpr c10::DispatchKey kNonStridedKeys[] = {
+    c10::DispatchKey::SparseCPU,
+    c10::DispatchKey::SparseCUDA,
+    c10::DispatchKey::SparseMeta,
+    c10::DispatchKey::SparseCsrCPU,
+    c10::DispatchKey::SparseCsrCUDA,
+    c10::DispatchKey::SparseCsrMeta,
+    c10::DispatchKey::MkldnnCPU,
+    c10::DispatchKey::NestedTensorCPU,
+    c10::DispatchKey::NestedTensorCUDA,
+    c10::DispatchKey::QuantizedCPU,
+    c10::DispatchKey::QuantizedCUDA};
+
+// One library per key, as TORCH_LIBRARY_IMPL makes them: registered when the
+// module loads, for as long as it stays loaded.
+std::vector<torch::Library> register_rejections() {
+  std::vector<torch::Library> libraries;
+  libraries.reserve(std::size(kNonStridedKeys));
+  for (const c10::DispatchKey key : kNonStridedKeys) {
+    torch::Library& m = libraries.emplace_back(
+        torch::Library::IMPL, "lltm", key, __FILE__, __LINE__);
+    for (const char* name :
+         {"forward",
+          "backward",
+          "cell",
+          "cell_forward",
+          "cell_backward",
+          "sequence",
+          "sequence_forward",
+          "sequence_backward"}) {
+      m.impl(
+          name,
+          torch::CppFunction::makeFromBoxedFunction<&reject_non_strided>());
+    }
   }
+  return libraries;
 }
+
+const std::vector<torch::Library> rejections = register_rejections();
 
 } // namespace
 } // namespace lltm
-
-TORCH_LIBRARY_IMPL(lltm, SparseCPU, m) {
-  lltm::register_rejections(m);
-}
-TORCH_LIBRARY_IMPL(lltm, SparseCUDA, m) {
-  lltm::register_rejections(m);
-}
-TORCH_LIBRARY_IMPL(lltm, SparseMeta, m) {
-  lltm::register_rejections(m);
-}
-TORCH_LIBRARY_IMPL(lltm, SparseCsrCPU, m) {
-  lltm::register_rejections(m);
-}
-TORCH_LIBRARY_IMPL(lltm, SparseCsrCUDA, m) {
-  lltm::register_rejections(m);
-}
-TORCH_LIBRARY_IMPL(lltm, SparseCsrMeta, m) {
-  lltm::register_rejections(m);
-}
-TORCH_LIBRARY_IMPL(lltm, MkldnnCPU, m) {
-  lltm::register_rejections(m);
-}
-TORCH_LIBRARY_IMPL(lltm, NestedTensorCPU, m) {
-  lltm::register_rejections(m);
-}
-TORCH_LIBRARY_IMPL(lltm, NestedTensorCUDA, m) {
-  lltm::register_rejections(m);
-}
-TORCH_LIBRARY_IMPL(lltm, QuantizedCPU, m) {
-  lltm::register_rejections(m);
-}
-TORCH_LIBRARY_IMPL(lltm, QuantizedCUDA, m) {
-  lltm::register_rejections(m);
-}
