@@ -29,8 +29,9 @@ namespace py = pybind11;
 
 namespace {
 
-// The tutorial's API returns lists; `Impl` is the dispatcher-calling C++ API
-// or, for the benchmark's baseline, the ATen-only implementation.
+// The tutorial's API returns lists; `Impl` calls the op through the
+// dispatcher (ops.h) or, for the benchmark's baseline, is the ATen-only
+// implementation.
 template <auto Impl>
 struct AsList {
   template <typename Op, typename... Args>
@@ -92,12 +93,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m, py::mod_gil_not_used()) {
   m.doc() =
       "LLTM forward and backward, the tutorial's API over the lltm:: "
       "dispatcher ops.";
-  def<lltm::ops::Forward, &lltm::forward>(
+  def<lltm::ops::Forward, &lltm::ops::Forward::call>(
       m,
       "forward",
       "LLTM forward. Returns [new_h, new_cell, input_gate, output_gate, "
       "candidate_cell, X, gate_weights].");
-  def<lltm::ops::Backward, &lltm::backward>(
+  def<lltm::ops::Backward, &lltm::ops::Backward::call>(
       m,
       "backward",
       "LLTM backward. Returns [d_old_h, d_input, d_weights, d_bias, "

@@ -1,6 +1,5 @@
 // Schemas of the LLTM operators, the input checks shared by every backend,
-// the GEMMs every backend runs through ATen, and the C++ API that calls
-// through the dispatcher.
+// and the GEMMs every backend runs through ATen.
 #include "lltm.h"
 
 #include <ATen/ops/mm.h>
@@ -407,49 +406,6 @@ void backward_gemms(
   if (output_mask[0]) {
     std::get<0>(result) = at::mm(d_gates, weights_x(weights, S));
   }
-}
-
-ForwardResult forward(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& old_h,
-    const at::Tensor& old_cell) {
-  static const auto op = find_op<decltype(forward)>("lltm::forward");
-  return op.call(input, weights, bias, old_h, old_cell);
-}
-
-BackwardResult backward(
-    const at::Tensor& grad_h,
-    const at::Tensor& grad_cell,
-    const at::Tensor& new_cell,
-    const at::Tensor& input_gate,
-    const at::Tensor& output_gate,
-    const at::Tensor& candidate_cell,
-    const at::Tensor& X,
-    const at::Tensor& gate_weights,
-    const at::Tensor& weights) {
-  static const auto op = find_op<decltype(backward)>("lltm::backward");
-  return op.call(
-      grad_h,
-      grad_cell,
-      new_cell,
-      input_gate,
-      output_gate,
-      candidate_cell,
-      X,
-      gate_weights,
-      weights);
-}
-
-CellResult cell(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& old_h,
-    const at::Tensor& old_cell) {
-  static const auto op = find_op<decltype(cell)>("lltm::cell");
-  return op.call(input, weights, bias, old_h, old_cell);
 }
 
 } // namespace lltm

@@ -199,56 +199,52 @@ void backward_gemms(
     const OutputMask& output_mask,
     CellBackwardResult& result);
 
+// The signatures of the ops' kernels; the schemas (lltm.cpp) name the
+// arguments. ops.h calls the ops through the dispatcher with them, which is
+// the C++ API.
+using ForwardSignature = ForwardResult(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& old_h,
+    const at::Tensor& old_cell);
+using BackwardSignature = BackwardResult(
+    const at::Tensor& grad_h,
+    const at::Tensor& grad_cell,
+    const at::Tensor& new_cell,
+    const at::Tensor& input_gate,
+    const at::Tensor& output_gate,
+    const at::Tensor& candidate_cell,
+    const at::Tensor& X,
+    const at::Tensor& gate_weights,
+    const at::Tensor& weights);
+// Signature with another result and more parameters after its own: the
+// signature of an op that takes the inputs of another.
+template <typename Result, typename Signature, typename... More>
+struct Extend;
+template <typename Result, typename R, typename... Args, typename... More>
+struct Extend<Result, R(Args...), More...> {
+  using type = Result(Args..., More...);
+};
+using CellSignature = Extend<CellResult, ForwardSignature>::type;
+// ..., bool save_X
+using CellForwardSignature =
+    Extend<CellForwardResult, ForwardSignature, bool>::type;
+using CellBackwardSignature = CellBackwardResult(
+    const std::optional<at::Tensor>& grad_h,
+    const std::optional<at::Tensor>& grad_cell,
+    const at::Tensor& new_cell,
+    const at::Tensor& gates,
+    const std::optional<at::Tensor>& X,
+    const at::Tensor& weights,
+    OutputMask output_mask);
+
 // The implementation in ATen operations alone, on any device: the
 // tutorial's "C++ extension" that the benchmark compares the kernels with
 // (lltm._C._forward_aten and _backward_aten).
 namespace aten {
-
-ForwardResult forward(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& old_h,
-    const at::Tensor& old_cell);
-
-BackwardResult backward(
-    const at::Tensor& grad_h,
-    const at::Tensor& grad_cell,
-    const at::Tensor& new_cell,
-    const at::Tensor& input_gate,
-    const at::Tensor& output_gate,
-    const at::Tensor& candidate_cell,
-    const at::Tensor& X,
-    const at::Tensor& gate_weights,
-    const at::Tensor& weights);
-
+ForwardSignature forward;
+BackwardSignature backward;
 } // namespace aten
-
-// The C++ API: calls the dispatcher, so it reaches the kernel of whatever
-// device the tensors live on, through autograd when a graph is recorded.
-ForwardResult forward(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& old_h,
-    const at::Tensor& old_cell);
-
-BackwardResult backward(
-    const at::Tensor& grad_h,
-    const at::Tensor& grad_cell,
-    const at::Tensor& new_cell,
-    const at::Tensor& input_gate,
-    const at::Tensor& output_gate,
-    const at::Tensor& candidate_cell,
-    const at::Tensor& X,
-    const at::Tensor& gate_weights,
-    const at::Tensor& weights);
-
-CellResult cell(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& old_h,
-    const at::Tensor& old_cell);
 
 } // namespace lltm

@@ -35,16 +35,6 @@ struct Op<Name, R(Args...)> {
   }
 };
 
-// Signature with another result and more parameters after its own: an op
-// that takes the inputs of another, and more.
-template <typename Result, typename Signature, typename... More>
-struct Extend;
-
-template <typename Result, typename R, typename... Args, typename... More>
-struct Extend<Result, R(Args...), More...> {
-  using type = Result(Args..., More...);
-};
-
 inline constexpr char kCell[] = "lltm::cell";
 inline constexpr char kCellForward[] = "lltm::cell_forward";
 inline constexpr char kCellBackward[] = "lltm::cell_backward";
@@ -54,39 +44,13 @@ inline constexpr char kSequence[] = "lltm::sequence";
 inline constexpr char kSequenceForward[] = "lltm::sequence_forward";
 inline constexpr char kSequenceBackward[] = "lltm::sequence_backward";
 
-// The signatures are those of the C++ API where lltm.h or sequence.h
-// declares one; the schemas (lltm.cpp, sequence.cpp) name the arguments.
-using Cell = Op<kCell, decltype(cell)>;
-using CellForward =
-    Op<kCellForward, Extend<CellForwardResult, decltype(cell), bool>::type>;
-using CellBackward =
-    Op<kCellBackward,
-       CellBackwardResult(
-           const std::optional<at::Tensor>&,
-           const std::optional<at::Tensor>&,
-           const at::Tensor&,
-           const at::Tensor&,
-           const std::optional<at::Tensor>&,
-           const at::Tensor&,
-           OutputMask)>;
-using Forward = Op<kForward, decltype(forward)>;
-using Backward = Op<kBackward, decltype(backward)>;
-using Sequence = Op<kSequence, decltype(sequence::run)>;
-using SequenceForward =
-    Op<kSequenceForward,
-       Extend<sequence::ForwardResult, decltype(sequence::run)>::type>;
-using SequenceBackward =
-    Op<kSequenceBackward,
-       sequence::BackwardResult(
-           const std::optional<at::Tensor>&,
-           const std::optional<at::Tensor>&,
-           const std::optional<at::Tensor>&,
-           const at::Tensor&,
-           const at::Tensor&,
-           const at::Tensor&,
-           const at::Tensor&,
-           const at::Tensor&,
-           const at::Tensor&,
-           OutputMask)>;
+using Cell = Op<kCell, CellSignature>;
+using CellForward = Op<kCellForward, CellForwardSignature>;
+using CellBackward = Op<kCellBackward, CellBackwardSignature>;
+using Forward = Op<kForward, ForwardSignature>;
+using Backward = Op<kBackward, BackwardSignature>;
+using Sequence = Op<kSequence, sequence::Signature>;
+using SequenceForward = Op<kSequenceForward, sequence::ForwardSignature>;
+using SequenceBackward = Op<kSequenceBackward, sequence::BackwardSignature>;
 
 } // namespace lltm::ops

@@ -60,6 +60,27 @@ using ForwardResult =
 // output_mask entry is set; d_bias is [3 * state_size].
 using BackwardResult = CellBackwardResult;
 
+// The signatures of the ops' kernels; the schemas (sequence.cpp) name the
+// arguments, and ops.h calls the ops with them.
+using Signature = Result(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& h0,
+    const at::Tensor& c0);
+using ForwardSignature = Extend<ForwardResult, Signature>::type;
+using BackwardSignature = BackwardResult(
+    const std::optional<at::Tensor>& grad_output,
+    const std::optional<at::Tensor>& grad_h_n,
+    const std::optional<at::Tensor>& grad_c_n,
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& h0,
+    const at::Tensor& output,
+    const at::Tensor& cells,
+    const at::Tensor& gates,
+    OutputMask output_mask);
+
 // Validates the arguments of lltm::sequence and lltm::sequence_forward
 // (`op` names the op in the message) and returns the problem sizes.
 Sizes check_forward_args(
