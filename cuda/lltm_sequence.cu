@@ -57,17 +57,15 @@ __device__ __forceinline__ acc_t<T> load_shared_data(const T* p) {
   return widen(__ldcg(p));
 }
 
+// Step `step` of a [steps, batch, state] operand (none stays none).
 template <typename T>
-__device__ __forceinline__ acc_t<T> load(
+__device__ __forceinline__ Strided<T> at_step(
     const Strided3<T>& m,
-    int64_t step,
-    int64_t row,
-    int64_t col) {
-  return m.data == nullptr
-      ? acc_t<T>(0)
-      : widen(m.data
-                  [step * m.step_stride + row * m.row_stride +
-                   col * m.col_stride]);
+    int64_t step) {
+  return {
+      m.data == nullptr ? nullptr : m.data + step * m.step_stride,
+      m.row_stride,
+      m.col_stride};
 }
 
 // The barrier between steps: a grid-wide one, or, where the grid is one
@@ -231,21 +229,17 @@ __global__ void __launch_bounds__(kThreads)
         if (!owner) {
           continue;
         }
-        const A i = sigmoid(zi + pi);
-        const A o = sigmoid(zo + po);
-        const A g = elu(zc + pc);
-        const A c = c_old + g * i;
-        const A h = tanh_(c) * o;
-        put(c_out + at, c);
-        put(h_out + at, h);
+        const CellForward<A> f = cell_forward(zi + pi, zo + po, zc + pc, c_old);
+        put(c_out + at, f.cell);
+        put(h_out + at, f.h);
         if (save) {
-          put(z + j, i);
-          put(z + S + j, o);
-          put(z + 2 * S + j, g);
+          put(z + j, f.i);
+          put(z + S + j, f.o);
+          put(z + 2 * S + j, f.g);
         }
         if (last) {
-          put(a.h_n + at, h);
-          put(a.c_n + at, c);
+          put(a.h_n + at, f.h);
+          put(a.c_n + at, f.cell);
         }
       }
     }
@@ -299,7 +293,7 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
         // product so that their latency hides behind it.
         A gh = 0, gc = 0, i = 0, o = 0, g = 0, tc = 0;
         if (owner && t >= 0) {
-          gh = load(a.grad_output, t, b, j);
+          gh = load_element(at_step(a.grad_output, t), b, j);
           if (last) {
             gh += load_element(a.grad_h_n, b, j);
           }
@@ -331,63 +325,19 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
           continue;
         }
         gh += recurrent;
-        const A d_cell = (A(1) - tc * tc) * o * gh + gc;
+        const CellBackward<A> d = cell_backward(i, o, g, tc, gh, gc);
         T* dz = a.d_gates + (t * B + b) * G;
-        put(dz + j, d_cell * g * i * (A(1) - i));
-        put(dz + S + j, gh * tc * o * (A(1) - o));
-        put(dz + 2 * S + j, d_cell * i * (g > A(0) ? A(1) : g + A(1)));
-        dc[at] = d_cell;
+        put(dz + j, d.dz_i);
+        put(dz + S + j, d.dz_o);
+        put(dz + 2 * S + j, d.dz_c);
+        dc[at] = d.d_cell;
         if (t == 0 && a.d_c0 != nullptr) {
-          put(a.d_c0 + at, d_cell);
+          put(a.d_c0 + at, d.d_cell);
         }
       }
     }
     step_barrier(grid); // dZ_t is complete before any block reads it
   }
-}
-
-// What the device offers, asked once per device.
-struct DeviceLimits {
-  int device;
-  int multiprocessors;
-  int shared_bytes; // per block, with the opt-in
-  bool cooperative;
-};
-
-size_t device_slot(const DeviceLimits& limits) {
-  return static_cast<size_t>(limits.device) % 64;
-}
-
-cudaError_t device_limits(DeviceLimits* out) {
-  static std::array<std::atomic<int>, 64> sms{};
-  static std::array<std::atomic<int>, 64> shared{};
-  static std::array<std::atomic<int>, 64> coop{};
-  int device = 0;
-  cudaError_t status = cudaGetDevice(&device);
-  if (status != cudaSuccess) {
-    return status;
-  }
-  const size_t slot = static_cast<size_t>(device) % sms.size();
-  if (sms[slot].load(std::memory_order_acquire) == 0) {
-    int n = 0, bytes = 0, can = 0;
-    if ((status = cudaDeviceGetAttribute(
-             &bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) !=
-            cudaSuccess ||
-        (status = cudaDeviceGetAttribute(
-             &can, cudaDevAttrCooperativeLaunch, device)) != cudaSuccess ||
-        (status = cudaDeviceGetAttribute(
-             &n, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) {
-      return status;
-    }
-    shared[slot].store(bytes, std::memory_order_relaxed);
-    coop[slot].store(can, std::memory_order_relaxed);
-    sms[slot].store(n, std::memory_order_release);
-  }
-  out->device = device;
-  out->multiprocessors = sms[slot].load(std::memory_order_acquire);
-  out->shared_bytes = shared[slot].load(std::memory_order_relaxed);
-  out->cooperative = coop[slot].load(std::memory_order_relaxed) != 0;
-  return cudaSuccess;
 }
 
 struct Plan {
@@ -466,7 +416,7 @@ cudaError_t plan(int64_t batch, int64_t state, Plan* out) {
   // GIL): the one that needed less must not set it last.
   static std::array<std::atomic<int>, 64> allowed{};
   static std::mutex raising;
-  std::atomic<int>& allowed_here = allowed[device_slot(limits)];
+  std::atomic<int>& allowed_here = allowed[device_slot(limits.device)];
   if (allowed_here.load(std::memory_order_acquire) < static_cast<int>(bytes)) {
     const std::lock_guard<std::mutex> lock(raising);
     if (allowed_here.load(std::memory_order_relaxed) <
@@ -574,10 +524,7 @@ cudaError_t launch_sequence_backward(
   template cudaError_t launch_sequence_backward<T>(                  \
       const SequenceBackwardArgs<T>&, void*, cudaStream_t);
 
-LLTM_INSTANTIATE(float)
-LLTM_INSTANTIATE(double)
-LLTM_INSTANTIATE(__half)
-LLTM_INSTANTIATE(__nv_bfloat16)
+LLTM_FOR_EACH_TYPE(LLTM_INSTANTIATE)
 
 #undef LLTM_INSTANTIATE
 

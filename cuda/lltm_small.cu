@@ -31,19 +31,6 @@ using namespace detail; // NOLINT(google-build-using-namespace)
 constexpr int kWarp = 32;
 
 template <typename T>
-__device__ __forceinline__ acc_t<T> at(
-    const Strided<T>& m,
-    int64_t row,
-    int64_t col) {
-  return widen(m.data[row * m.row_stride + col * m.col_stride]);
-}
-
-template <typename T>
-__device__ __forceinline__ T to(acc_t<T> v) {
-  return narrow(v, static_cast<T*>(nullptr));
-}
-
-template <typename T>
 __global__ void __launch_bounds__(kThreads)
     small_forward_kernel(const SmallForwardArgs<T> a) {
   using A = acc_t<T>;
@@ -64,12 +51,13 @@ __global__ void __launch_bounds__(kThreads)
     A z_o = 0;
     A z_c = 0;
     for (int64_t k = lane; k < K; k += kWarp) {
-      const A x = k < S ? at(a.old_h, b, k) : at(a.input, b, k - S);
-      z_i += x * at(a.weights, s, k);
-      z_o += x * at(a.weights, S + s, k);
-      z_c += x * at(a.weights, 2 * S + s, k);
+      const A x =
+          k < S ? load_present(a.old_h, b, k) : load_present(a.input, b, k - S);
+      z_i += x * load_present(a.weights, s, k);
+      z_o += x * load_present(a.weights, S + s, k);
+      z_c += x * load_present(a.weights, 2 * S + s, k);
       if (a.X != nullptr && s == 0) {
-        a.X[b * K + k] = to<T>(x);
+        put(a.X + b * K + k, x);
       }
     }
 #pragma unroll
@@ -88,20 +76,18 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (c.z_with_bias != nullptr) {
       T* z = c.z_with_bias + b * c.ld_z;
-      z[s] = to<T>(z_i);
-      z[S + s] = to<T>(z_o);
-      z[2 * S + s] = to<T>(z_c);
+      put(z + s, z_i);
+      put(z + S + s, z_o);
+      put(z + 2 * S + s, z_c);
     }
-    const A i = sigmoid(z_i);
-    const A o = sigmoid(z_o);
-    const A g = elu(z_c);
-    const A cell = widen(c.old_cell[b * S + s]) + g * i;
-    c.new_cell[b * S + s] = to<T>(cell);
-    c.new_h[b * S + s] = to<T>(tanh_(cell) * o);
+    const CellForward<A> f =
+        cell_forward(z_i, z_o, z_c, widen(c.old_cell[b * S + s]));
+    put(c.new_cell + b * S + s, f.cell);
+    put(c.new_h + b * S + s, f.h);
     if (c.input_gate != nullptr) {
-      c.input_gate[b * c.ld_act + s] = to<T>(i);
-      c.output_gate[b * c.ld_act + s] = to<T>(o);
-      c.candidate_cell[b * c.ld_act + s] = to<T>(g);
+      put(c.input_gate + b * c.ld_act + s, f.i);
+      put(c.output_gate + b * c.ld_act + s, f.o);
+      put(c.candidate_cell + b * c.ld_act + s, f.g);
     }
   }
 }
@@ -121,11 +107,11 @@ __device__ __forceinline__ acc_t<T> d_x_sum(
   for (; j + 4 <= G; j += 4) {
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      acc[u] += widen(dz[j + u]) * at(a.weights, j + u, col);
+      acc[u] += widen(dz[j + u]) * load_present(a.weights, j + u, col);
     }
   }
   for (; j < G; ++j) {
-    acc[0] += widen(dz[j]) * at(a.weights, j, col);
+    acc[0] += widen(dz[j]) * load_present(a.weights, j, col);
   }
   return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
@@ -152,23 +138,25 @@ __global__ void __launch_bounds__(kThreads) small_backward_gemms_kernel(
       for (int64_t b = 0; b < a.batch; ++b) {
         acc += widen(a.d_gates[b * G + j]) * widen(a.X[b * K + k]);
       }
-      a.d_weights[t] = to<T>(acc);
+      put(a.d_weights + t, acc);
     } else if (t < n_weights + n_old_h) {
       const int64_t u = t - n_weights;
       const int64_t b = u / S;
-      a.d_old_h[u] = to<T>(d_x_sum(a, b, u - b * S));
+      put(a.d_old_h + u, d_x_sum(a, b, u - b * S));
     } else {
       const int64_t u = t - n_weights - n_old_h;
       const int64_t b = u / F;
-      a.d_input[u] = to<T>(d_x_sum(a, b, S + (u - b * F)));
+      put(a.d_input + u, d_x_sum(a, b, S + (u - b * F)));
     }
   }
 }
 
-unsigned int blocks_for(int64_t threads) {
+// Blocks for a grid-stride loop over `threads` threads, on a GPU of `sms`
+// multiprocessors.
+unsigned int blocks_for(int64_t threads, int64_t sms) {
   const int64_t wanted = (threads + kThreads - 1) / kThreads;
-  return static_cast<unsigned int>(std::max<int64_t>(
-      1, std::min<int64_t>(wanted, int64_t(multiprocessors()) * 16)));
+  return static_cast<unsigned int>(
+      std::max<int64_t>(1, std::min<int64_t>(wanted, sms * 16)));
 }
 
 } // namespace
@@ -189,8 +177,12 @@ cudaError_t launch_small_forward(
   if (warps == 0) {
     return cudaSuccess;
   }
+  int64_t sms = 0;
+  if (const cudaError_t status = multiprocessors(&sms); status != cudaSuccess) {
+    return status;
+  }
   small_forward_kernel<T>
-      <<<blocks_for(warps * kWarp), kThreads, 0, stream>>>(a);
+      <<<blocks_for(warps * kWarp, sms), kThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -207,8 +199,13 @@ cudaError_t launch_small_backward_gemms(
   if (total == 0) {
     return cudaSuccess;
   }
-  small_backward_gemms_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(
-      a, n_weights, n_old_h, n_input);
+  int64_t sms = 0;
+  if (const cudaError_t status = multiprocessors(&sms); status != cudaSuccess) {
+    return status;
+  }
+  small_backward_gemms_kernel<T>
+      <<<blocks_for(total, sms), kThreads, 0, stream>>>(
+          a, n_weights, n_old_h, n_input);
   return cudaGetLastError();
 }
 
@@ -218,10 +215,7 @@ cudaError_t launch_small_backward_gemms(
   template cudaError_t launch_small_backward_gemms<T>( \
       const SmallBackwardArgs<T>&, cudaStream_t);
 
-LLTM_INSTANTIATE(float)
-LLTM_INSTANTIATE(double)
-LLTM_INSTANTIATE(__half)
-LLTM_INSTANTIATE(__nv_bfloat16)
+LLTM_FOR_EACH_TYPE(LLTM_INSTANTIATE)
 
 #undef LLTM_INSTANTIATE
 

@@ -217,27 +217,25 @@ __global__ void __launch_bounds__(P::threads)
         continue;
       }
       T* z = a.z + b * 3 * S;
-      const A zi = acc[(0 * TM + r) * TN + c];
-      const A zo = acc[(1 * TM + r) * TN + c];
-      const A zc = acc[(2 * TM + r) * TN + c];
-      const A i = sigmoid(zi + widen(z[j]) + widen(a.bias[j]));
-      const A o = sigmoid(zo + widen(z[S + j]) + widen(a.bias[S + j]));
-      const A g = elu(zc + widen(z[2 * S + j]) + widen(a.bias[2 * S + j]));
+      const A zi = acc[(0 * TM + r) * TN + c] + widen(z[j]) + widen(a.bias[j]);
+      const A zo =
+          acc[(1 * TM + r) * TN + c] + widen(z[S + j]) + widen(a.bias[S + j]);
+      const A zc = acc[(2 * TM + r) * TN + c] + widen(z[2 * S + j]) +
+          widen(a.bias[2 * S + j]);
       const int64_t at = b * S + j;
-      const A cell = widen(a.c[at]) + g * i;
-      const A h = tanh_(cell) * o;
-      put(a.c_out + at, cell);
-      put(a.h_out + at, h);
+      const CellForward<A> f = cell_forward(zi, zo, zc, widen(a.c[at]));
+      put(a.c_out + at, f.cell);
+      put(a.h_out + at, f.h);
       if (a.save) {
-        put(z + j, i);
-        put(z + S + j, o);
-        put(z + 2 * S + j, g);
+        put(z + j, f.i);
+        put(z + S + j, f.o);
+        put(z + 2 * S + j, f.g);
       }
       if (a.h_n != nullptr) {
-        put(a.h_n + at, h);
+        put(a.h_n + at, f.h);
       }
       if (a.c_n != nullptr) {
-        put(a.c_n + at, cell);
+        put(a.c_n + at, f.cell);
       }
     }
   }
@@ -366,15 +364,15 @@ __global__ void __launch_bounds__(P::threads) step_backward_kernel(
       const A i = widen(act[j]);
       const A o = widen(act[S + j]);
       const A g = widen(act[2 * S + j]);
-      const A tc = tanh_(widen(a.cell[at]));
-      const A d_cell = (A(1) - tc * tc) * o * gh + gc;
+      const CellBackward<A> d =
+          cell_backward(i, o, g, tanh_(widen(a.cell[at])), gh, gc);
       T* dz = a.dz + b * K;
-      put(dz + j, d_cell * g * i * (A(1) - i));
-      put(dz + S + j, gh * tc * o * (A(1) - o));
-      put(dz + 2 * S + j, d_cell * i * (g > A(0) ? A(1) : g + A(1)));
-      dc[at] = d_cell;
+      put(dz + j, d.dz_i);
+      put(dz + S + j, d.dz_o);
+      put(dz + 2 * S + j, d.dz_c);
+      dc[at] = d.d_cell;
       if (a.d_c0 != nullptr) {
-        put(a.d_c0 + at, d_cell);
+        put(a.d_c0 + at, d.d_cell);
       }
     }
   }
@@ -433,7 +431,10 @@ cudaError_t launch_step_forward(
   if (a.batch == 0 || a.state == 0) {
     return cudaSuccess;
   }
-  const int64_t sms = multiprocessors();
+  int64_t sms = 0;
+  if (const cudaError_t status = multiprocessors(&sms); status != cudaSuccess) {
+    return status;
+  }
   if (fills<Forward3>(a.batch, a.state, sms)) {
     return forward_with<T, Forward3>(a, stream);
   }
@@ -460,7 +461,10 @@ cudaError_t launch_step_backward(
     return cudaSuccess;
   }
   auto* dc = static_cast<acc_t<T>*>(workspace);
-  const int64_t sms = multiprocessors();
+  int64_t sms = 0;
+  if (const cudaError_t status = multiprocessors(&sms); status != cudaSuccess) {
+    return status;
+  }
   if (fills<Backward3>(a.batch, a.state, sms)) {
     return backward_with<T, Backward3>(a, dc, stream);
   }
@@ -480,10 +484,7 @@ cudaError_t launch_step_backward(
   template cudaError_t launch_step_backward<T>(                                \
       const StepBackwardArgs<T>&, void*, cudaStream_t);
 
-LLTM_INSTANTIATE(float)
-LLTM_INSTANTIATE(double)
-LLTM_INSTANTIATE(__half)
-LLTM_INSTANTIATE(__nv_bfloat16)
+LLTM_FOR_EACH_TYPE(LLTM_INSTANTIATE)
 
 #undef LLTM_INSTANTIATE
 
