@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -278,6 +279,14 @@ inline cudaError_t multiprocessors(int64_t* out) {
   const cudaError_t status = device_limits(&limits);
   *out = limits.multiprocessors;
   return status;
+}
+
+// Blocks for a grid-stride loop over `threads` threads: one thread each, up
+// to 16 blocks per multiprocessor.
+inline unsigned int grid_stride_blocks(int64_t threads, int64_t sms) {
+  const int64_t wanted = (threads + kThreads - 1) / kThreads;
+  return static_cast<unsigned int>(
+      std::max<int64_t>(1, std::min<int64_t>(wanted, sms * 16)));
 }
 
 inline bool aligned16(const void* p) {

@@ -327,10 +327,8 @@ cudaError_t launch_forward(const ForwardArgs<T>& a, cudaStream_t stream) {
     constexpr int V = decltype(v)::value;
     using I = decltype(index);
     const int64_t groups_per_row = a.state / V;
-    const int64_t groups = a.batch * groups_per_row;
-    const int64_t wanted = (groups + kThreads - 1) / kThreads;
-    const auto blocks =
-        static_cast<unsigned int>(std::min<int64_t>(wanted, sms * 16));
+    const unsigned int blocks =
+        grid_stride_blocks(a.batch * groups_per_row, sms);
     forward_kernel<T, V, I>
         <<<blocks, kThreads, 0, stream>>>(a, static_cast<I>(groups_per_row));
     return cudaGetLastError();

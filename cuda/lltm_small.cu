@@ -11,16 +11,14 @@
 //   d_input[b, k]   = sum_j dZ[b, j] W[j, S + k]
 //
 // At the tutorial's size (batch 16, state 128, 32 features) a step's GEMMs
-// are about 3 MFLOP, yet cuBLAS picked kernels that took 30 and 51 us for
-// two of them on an H200 (docs/performance.md): these take a few
-// microseconds and save two launches per direction. Sums run in the
-// accumulation type, in a fixed order: the results are the same bits on
-// every run.
+// are a few MFLOP, yet cuBLAS picks kernels for them that take far longer
+// than these (docs/performance.md has the times), and these save two
+// launches per direction. Sums run in the accumulation type, in a fixed
+// order: the results are the same bits on every run.
 #include "lltm_kernel.h"
 
 #include "lltm_device.h"
 
-#include <algorithm>
 #include <cstdint>
 
 namespace lltm::cuda {
@@ -151,12 +149,19 @@ __global__ void __launch_bounds__(kThreads) small_backward_gemms_kernel(
   }
 }
 
-// Blocks for a grid-stride loop over `threads` threads, on a GPU of `sms`
-// multiprocessors.
-unsigned int blocks_for(int64_t threads, int64_t sms) {
-  const int64_t wanted = (threads + kThreads - 1) / kThreads;
-  return static_cast<unsigned int>(
-      std::max<int64_t>(1, std::min<int64_t>(wanted, sms * 16)));
+// Launches a grid-stride kernel over `threads` threads.
+template <typename... Params, typename... Args>
+cudaError_t launch_over(
+    void (*kernel)(Params...),
+    int64_t threads,
+    cudaStream_t stream,
+    const Args&... args) {
+  int64_t sms = 0;
+  if (const cudaError_t status = multiprocessors(&sms); status != cudaSuccess) {
+    return status;
+  }
+  kernel<<<grid_stride_blocks(threads, sms), kThreads, 0, stream>>>(args...);
+  return cudaGetLastError();
 }
 
 } // namespace
@@ -177,13 +182,7 @@ cudaError_t launch_small_forward(
   if (warps == 0) {
     return cudaSuccess;
   }
-  int64_t sms = 0;
-  if (const cudaError_t status = multiprocessors(&sms); status != cudaSuccess) {
-    return status;
-  }
-  small_forward_kernel<T>
-      <<<blocks_for(warps * kWarp, sms), kThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_over(small_forward_kernel<T>, warps * kWarp, stream, a);
 }
 
 template <typename T>
@@ -199,14 +198,14 @@ cudaError_t launch_small_backward_gemms(
   if (total == 0) {
     return cudaSuccess;
   }
-  int64_t sms = 0;
-  if (const cudaError_t status = multiprocessors(&sms); status != cudaSuccess) {
-    return status;
-  }
-  small_backward_gemms_kernel<T>
-      <<<blocks_for(total, sms), kThreads, 0, stream>>>(
-          a, n_weights, n_old_h, n_input);
-  return cudaGetLastError();
+  return launch_over(
+      small_backward_gemms_kernel<T>,
+      total,
+      stream,
+      a,
+      n_weights,
+      n_old_h,
+      n_input);
 }
 
 #define LLTM_INSTANTIATE(T)                            \
