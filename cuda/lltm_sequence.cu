@@ -134,6 +134,45 @@ __device__ __forceinline__ A sum_lanes(A v, int lanes) {
   return v;
 }
 
+// A (row, column) item of a tile, as a thread of its group sees it.
+struct Item {
+  int r; // the row in the tile
+  int jl; // the column in the block's slice
+  int j; // the state column
+  bool owner; // the group's first lane, on an item inside the problem
+  int64_t b; // the batch row
+  int64_t at; // b * S + j
+};
+
+// The items of a tile of `rows` rows, dealt a round at a time to groups of
+// p.lanes adjacent threads, an item a group. Every thread runs the same
+// rounds, so that the shuffles of a warp meet; items past the end compute on
+// zeros and store nothing.
+struct Rounds {
+  int lanes;
+  int part; // the thread's lane in its group
+  int groups; // items a round
+  int items;
+  int J;
+
+  __device__ Rounds(const Tiling& p, int rows)
+      : lanes(p.lanes),
+        part(static_cast<int>(threadIdx.x) % p.lanes),
+        groups(static_cast<int>(blockDim.x) / p.lanes),
+        items(rows * p.columns),
+        J(p.columns) {}
+
+  // This thread's item in the round from item0.
+  __device__ Item item(int item0, int j0, int S, int64_t b0) const {
+    const int item = item0 + static_cast<int>(threadIdx.x) / lanes;
+    const int r = item < items ? item / J : 0;
+    const int jl = item < items ? item - r * J : 0;
+    const int j = j0 + jl;
+    const int64_t b = b0 + r;
+    return {r, jl, j, item < items && j < S && part == 0, b, b * S + j};
+  }
+};
+
 // W_h's slice of this block into shared memory, as w_s[k * 3J + g J + jl]:
 // forward: W_h[g S + j][k]; backward: W_h[g S + k][j] (j = j0 + jl; zero
 // past the last column).
@@ -189,20 +228,9 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads(); // the last tile's readers are done (and W_h is in)
       load_tile(h_s, p.ld, h_prev + b0 * S, rows, S);
       __syncthreads();
-      // Every thread runs the same rounds, so that the shuffles of a warp
-      // meet; items past the end compute on zeros and store nothing.
-      const int lanes = p.lanes;
-      const int part = static_cast<int>(threadIdx.x) % lanes;
-      const int groups = static_cast<int>(blockDim.x) / lanes;
-      const int items = rows * J;
-      for (int item0 = 0; item0 < items; item0 += groups) {
-        const int item = item0 + static_cast<int>(threadIdx.x) / lanes;
-        const int r = item < items ? item / J : 0;
-        const int jl = item < items ? item - r * J : 0;
-        const int j = j0 + jl;
-        const bool owner = item < items && j < S && part == 0;
-        const int64_t b = b0 + r;
-        const int64_t at = b * S + j;
+      const Rounds q(p, rows);
+      for (int item0 = 0; item0 < q.items; item0 += q.groups) {
+        const auto [r, jl, j, owner, b, at] = q.item(item0, j0, S, b0);
         // Loads that do not wait for h_{t-1}, issued before the dot product
         // so that their latency hides behind it.
         T* z = z_t + b * 3 * S;
@@ -216,16 +244,16 @@ __global__ void __launch_bounds__(kThreads)
         const A* h_r = h_s + r * p.ld;
         const A* w_j = w_s + jl;
         A zi = 0, zo = 0, zc = 0;
-        for (int k = part; k < S; k += lanes) {
+        for (int k = q.part; k < S; k += q.lanes) {
           const A h = h_r[k];
           const A* w_k = w_j + k * width;
           zi += h * w_k[0];
           zo += h * w_k[J];
           zc += h * w_k[2 * J];
         }
-        zi = sum_lanes(zi, lanes);
-        zo = sum_lanes(zo, lanes);
-        zc = sum_lanes(zc, lanes);
+        zi = sum_lanes(zi, q.lanes);
+        zo = sum_lanes(zo, q.lanes);
+        zc = sum_lanes(zc, q.lanes);
         if (!owner) {
           continue;
         }
@@ -277,18 +305,9 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
         load_tile(dz_s, p.ld, dz_next + b0 * G, rows, 3 * S);
         __syncthreads();
       }
-      const int lanes = p.lanes;
-      const int part = static_cast<int>(threadIdx.x) % lanes;
-      const int groups = static_cast<int>(blockDim.x) / lanes;
-      const int items = rows * J;
-      for (int item0 = 0; item0 < items; item0 += groups) {
-        const int item = item0 + static_cast<int>(threadIdx.x) / lanes;
-        const int r = item < items ? item / J : 0;
-        const int jl = item < items ? item - r * J : 0;
-        const int j = j0 + jl;
-        const bool owner = item < items && j < S && part == 0;
-        const int64_t b = b0 + r;
-        const int64_t at = b * S + j;
+      const Rounds q(p, rows);
+      for (int item0 = 0; item0 < q.items; item0 += q.groups) {
+        const auto [r, jl, j, owner, b, at] = q.item(item0, j0, S, b0);
         // Loads that do not wait for dZ_{t+1}, issued before the dot
         // product so that their latency hides behind it.
         A gh = 0, gc = 0, i = 0, o = 0, g = 0, tc = 0;
@@ -309,13 +328,13 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
           const A* dz_r = dz_s + r * p.ld;
           const A* w_j = w_s + jl;
           A ri = 0, ro = 0, rc = 0;
-          for (int k = part; k < S; k += lanes) {
+          for (int k = q.part; k < S; k += q.lanes) {
             const A* w_k = w_j + k * width;
             ri += dz_r[k] * w_k[0];
             ro += dz_r[S + k] * w_k[J];
             rc += dz_r[2 * S + k] * w_k[2 * J];
           }
-          recurrent = sum_lanes(ri + ro + rc, lanes);
+          recurrent = sum_lanes(ri + ro + rc, q.lanes);
         }
         if (!owner) {
           continue;
