@@ -200,19 +200,44 @@ __device__ void load_weights(
   }
 }
 
+// This block's slice of the problem: state columns [j0, j0 + J) of S, and
+// in shared memory W_h's 3 J rows for them (w_s, rows of `width` = 3 J),
+// then the tile.
+template <typename A>
+struct Slice {
+  int S;
+  int J;
+  int width;
+  int j0;
+  A* w_s;
+  A* tile;
+};
+
+template <typename T, bool Backward>
+__device__ __forceinline__ Slice<acc_t<T>> load_slice(
+    const T* w,
+    int64_t ld_w,
+    int64_t state,
+    const Tiling& p,
+    unsigned char* shared) {
+  using A = acc_t<T>;
+  const int S = static_cast<int>(state);
+  const int J = p.columns;
+  const int width = 3 * J;
+  const int j0 = static_cast<int>(blockIdx.x) * J;
+  A* w_s = reinterpret_cast<A*>(shared);
+  load_weights<T, Backward>(w_s, w, ld_w, S, J, j0);
+  return {S, J, width, j0, w_s, w_s + S * width};
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     sequence_forward_kernel(const SequenceForwardArgs<T> a, const Tiling p) {
   using A = acc_t<T>;
   cg::grid_group grid = cg::this_grid();
   extern __shared__ __align__(16) unsigned char shared[];
-  const int S = static_cast<int>(a.state);
-  const int J = p.columns;
-  const int width = 3 * J;
-  const int j0 = static_cast<int>(blockIdx.x) * J;
-  A* w_s = reinterpret_cast<A*>(shared);
-  A* h_s = w_s + S * width;
-  load_weights<T, false>(w_s, a.w, a.ld_w, S, J, j0);
+  const auto [S, J, width, j0, w_s, h_s] =
+      load_slice<T, false>(a.w, a.ld_w, a.state, p, shared);
   const int64_t B = a.batch;
   const int64_t BS = B * S;
   const bool save = a.cells != nullptr;
@@ -285,13 +310,8 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
   using A = acc_t<T>;
   cg::grid_group grid = cg::this_grid();
   extern __shared__ __align__(16) unsigned char shared[];
-  const int S = static_cast<int>(a.state);
-  const int J = p.columns;
-  const int width = 3 * J;
-  const int j0 = static_cast<int>(blockIdx.x) * J;
-  A* w_s = reinterpret_cast<A*>(shared);
-  A* dz_s = w_s + S * width;
-  load_weights<T, true>(w_s, a.w, a.ld_w, S, J, j0);
+  const auto [S, J, width, j0, w_s, dz_s] =
+      load_slice<T, true>(a.w, a.ld_w, a.state, p, shared);
   const int64_t B = a.batch;
   const int64_t G = 3 * static_cast<int64_t>(S); // dZ's row length
   const int64_t end = a.d_h0 != nullptr ? -1 : 0;
