@@ -13,6 +13,7 @@
 //   dc_{t-1} = (1 - t_c^2) * o * gh + gc
 //   dZ_i = dc_{t-1} * g * i * (1 - i)    dZ_o = gh * t_c * o * (1 - o)
 //   dZ_c = dc_{t-1} * i * elu'(Z_c),  elu'(z) = 1 if z > 0 else g + 1
+// (the cell's part: cell_forward and cell_backward, lltm_device.h)
 // then d_h0 = dZ_0 W_h and d_c0 = dc_{-1}. d_weights, d_input and d_bias
 // follow in cuBLAS and ATen from the dZ of all steps.
 //

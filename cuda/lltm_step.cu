@@ -14,6 +14,7 @@
 //   dc_{t-1} = (1 - t_c^2) * o * gh + gc
 //   dZ_i = dc_{t-1} * g * i * (1 - i)    dZ_o = gh * t_c * o * (1 - o)
 //   dZ_c = dc_{t-1} * i * elu'(Z_c),  elu'(z) = 1 if z > 0 else g + 1
+// (the cell's part: cell_forward and cell_backward, lltm_device.h)
 //
 // Work split: block (x, y) computes rows [x BM, x BM + BM) and state columns
 // [y BN, y BN + BN): of all three gates in the forward (3 BN columns of Z),
