@@ -58,15 +58,22 @@ __device__ __forceinline__ acc_t<T> load_shared_data(const T* p) {
   return widen(__ldcg(p));
 }
 
-// Step `step` of a [steps, batch, state] operand (none stays none).
+using detail::load_element; // the [batch, state] one, beside this
+
+// load_element for a [steps, batch, state] operand, in one index
+// expression: a Strided view of the step costs the backward registers
+// (spills on sm_75).
 template <typename T>
-__device__ __forceinline__ Strided<T> at_step(
+__device__ __forceinline__ acc_t<T> load_element(
     const Strided3<T>& m,
-    int64_t step) {
-  return {
-      m.data == nullptr ? nullptr : m.data + step * m.step_stride,
-      m.row_stride,
-      m.col_stride};
+    int64_t step,
+    int64_t row,
+    int64_t col) {
+  return m.data == nullptr
+      ? acc_t<T>(0)
+      : widen(m.data
+                  [step * m.step_stride + row * m.row_stride +
+                   col * m.col_stride]);
 }
 
 // The barrier between steps: a grid-wide one, or, where the grid is one
@@ -333,7 +340,7 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
         // product so that their latency hides behind it.
         A gh = 0, gc = 0, i = 0, o = 0, g = 0, tc = 0;
         if (owner && t >= 0) {
-          gh = load_element(at_step(a.grad_output, t), b, j);
+          gh = load_element(a.grad_output, t, b, j);
           if (last) {
             gh += load_element(a.grad_h_n, b, j);
           }
