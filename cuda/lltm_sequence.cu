@@ -226,9 +226,9 @@ __device__ __forceinline__ Slice<acc_t<T>> load_slice(
     const T* w,
     int64_t ld_w,
     int64_t state,
-    const Tiling& p,
-    unsigned char* shared) {
+    const Tiling& p) {
   using A = acc_t<T>;
+  extern __shared__ __align__(16) unsigned char shared[];
   const int S = static_cast<int>(state);
   const int J = p.columns;
   const int width = 3 * J;
@@ -243,9 +243,8 @@ __global__ void __launch_bounds__(kThreads)
     sequence_forward_kernel(const SequenceForwardArgs<T> a, const Tiling p) {
   using A = acc_t<T>;
   cg::grid_group grid = cg::this_grid();
-  extern __shared__ __align__(16) unsigned char shared[];
   const auto [S, J, width, j0, w_s, h_s] =
-      load_slice<T, false>(a.w, a.ld_w, a.state, p, shared);
+      load_slice<T, false>(a.w, a.ld_w, a.state, p);
   const int64_t B = a.batch;
   const int64_t BS = B * S;
   const bool save = a.cells != nullptr;
@@ -317,9 +316,8 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
     acc_t<T>* __restrict__ dc) {
   using A = acc_t<T>;
   cg::grid_group grid = cg::this_grid();
-  extern __shared__ __align__(16) unsigned char shared[];
   const auto [S, J, width, j0, w_s, dz_s] =
-      load_slice<T, true>(a.w, a.ld_w, a.state, p, shared);
+      load_slice<T, true>(a.w, a.ld_w, a.state, p);
   const int64_t B = a.batch;
   const int64_t G = 3 * static_cast<int64_t>(S); // dZ's row length
   const int64_t end = a.d_h0 != nullptr ? -1 : 0;
