@@ -1,6 +1,7 @@
 // Device helpers shared by the LLTM CUDA kernels (lltm_kernel.cu,
-// lltm_small.cu, lltm_sequence.cu, lltm_step.cu): the math in the accumulation
-// type, conversions, packed loads and stores, and launch-configuration queries.
+// lltm_small.cu, lltm_sequence.cu, lltm_step.cu): the cell's math for one
+// element, in the accumulation type; conversions, strided and packed loads
+// and stores; the device's limits; and the list of storage types.
 #pragma once
 
 #include "lltm_kernel.h"
@@ -8,10 +9,16 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
+
+// Instantiates MACRO(T) for each storage type the launchers take.
+#define LLTM_FOR_EACH_TYPE(MACRO) \
+  MACRO(float) MACRO(double) MACRO(__half) MACRO(__nv_bfloat16)
 
 namespace lltm::cuda::detail {
 
@@ -35,33 +42,83 @@ using acc_t = typename OpMath<T>::type;
 
 // Overloads rather than the float-only intrinsics (expf, tanhf), so that a
 // double kernel computes in double.
-__device__ __forceinline__ float exp_(float x) {
-  return expf(x);
-}
-__device__ __forceinline__ double exp_(double x) {
-  return exp(x);
-}
-__device__ __forceinline__ float expm1_(float x) {
-  return expm1f(x);
-}
-__device__ __forceinline__ double expm1_(double x) {
-  return expm1(x);
-}
 __device__ __forceinline__ float tanh_(float x) {
   return tanhf(x);
 }
 __device__ __forceinline__ double tanh_(double x) {
   return tanh(x);
 }
-
-template <typename A>
-__device__ __forceinline__ A sigmoid(A z) {
-  return A(1) / (A(1) + exp_(-z));
+__device__ __forceinline__ float sigmoid(float z) {
+  return 1.0f / (1.0f + expf(-z));
+}
+__device__ __forceinline__ double sigmoid(double z) {
+  return 1.0 / (1.0 + exp(-z));
+}
+__device__ __forceinline__ float elu(float z) {
+  return z > 0.0f ? z : expm1f(z);
+}
+__device__ __forceinline__ double elu(double z) {
+  return z > 0.0 ? z : expm1(z);
 }
 
+// The cell's forward at one (row, column), from its three pre-activations
+// (bias included) and the old cell:
+//   i = sigmoid(z_i)   o = sigmoid(z_o)   g = elu(z_c)
+//   cell = old_cell + g * i              h = tanh(cell) * o
 template <typename A>
-__device__ __forceinline__ A elu(A z) {
-  return z > A(0) ? z : expm1_(z);
+struct CellForward {
+  A i;
+  A o;
+  A g;
+  A cell;
+  A h;
+};
+
+template <typename A>
+__device__ __forceinline__ CellForward<A> cell_forward(
+    A z_i,
+    A z_o,
+    A z_c,
+    A old_cell) {
+  CellForward<A> f;
+  f.i = sigmoid(z_i);
+  f.o = sigmoid(z_o);
+  f.g = elu(z_c);
+  f.cell = old_cell + f.g * f.i;
+  f.h = tanh_(f.cell) * f.o;
+  return f;
+}
+
+// The cell's backward at one (row, column), from the saved activations, t =
+// tanh(cell) (the caller takes it, to issue it where its latency hides) and
+// the upstream gradients gh (of h) and gc (of the cell):
+//   d_cell = (1 - t^2) * o * gh + gc       (the old cell's gradient)
+//   dz_i = d_cell * g * i * (1 - i)        dz_o = gh * t * o * (1 - o)
+//   dz_c = d_cell * i * elu'(z_c),  elu'(z) = 1 if z > 0 else e^z = g + 1
+// Each product is taken in the order written, as the kernels always have:
+// another order can change the last bit.
+template <typename A>
+struct CellBackward {
+  A d_cell;
+  A dz_i;
+  A dz_o;
+  A dz_c;
+};
+
+template <typename A>
+__device__ __forceinline__ CellBackward<A> cell_backward(
+    A i,
+    A o,
+    A g,
+    A t,
+    A gh,
+    A gc) {
+  CellBackward<A> d;
+  d.d_cell = (A(1) - t * t) * o * gh + gc;
+  d.dz_i = d.d_cell * g * i * (A(1) - i);
+  d.dz_o = gh * t * o * (A(1) - o);
+  d.dz_c = d.d_cell * i * (g > A(0) ? A(1) : g + A(1));
+  return d;
 }
 
 // Loads widen to the math type and stores narrow back, through the explicit
@@ -81,33 +138,35 @@ __device__ __forceinline__ float widen(__nv_bfloat16 x) {
   return __bfloat162float(x);
 }
 
-__device__ __forceinline__ float narrow(float v, float*) {
-  return v;
-}
-__device__ __forceinline__ double narrow(double v, double*) {
-  return v;
-}
-__device__ __forceinline__ __half narrow(float v, __half*) {
-  return __float2half(v);
-}
-__device__ __forceinline__ __nv_bfloat16 narrow(float v, __nv_bfloat16*) {
-  return __float2bfloat16(v);
-}
-
+// v into *p, in p's type.
 template <typename T>
 __device__ __forceinline__ void put(T* p, acc_t<T> v) {
-  *p = narrow(v, static_cast<T*>(nullptr));
+  if constexpr (std::is_same_v<T, __half>) {
+    *p = __float2half(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    *p = __float2bfloat16(v);
+  } else {
+    *p = v;
+  }
 }
 
-// One element of a strided operand, in the math type; none reads as zero.
+// One element of a strided operand, in the math type, where the operand is
+// always given (no test in the small kernels' inner loops).
+template <typename T>
+__device__ __forceinline__ acc_t<T> load_present(
+    const Strided<T>& m,
+    int64_t row,
+    int64_t col) {
+  return widen(m.data[row * m.row_stride + col * m.col_stride]);
+}
+
+// One element of a strided operand that may be absent: none reads as zero.
 template <typename T>
 __device__ __forceinline__ acc_t<T> load_element(
     const Strided<T>& m,
     int64_t row,
     int64_t col) {
-  return m.data == nullptr
-      ? acc_t<T>(0)
-      : widen(m.data[row * m.row_stride + col * m.col_stride]);
+  return m.data == nullptr ? acc_t<T>(0) : load_present(m, row, col);
 }
 
 // V elements moved as one access (16 bytes when V = 16 / sizeof(T)).
@@ -130,14 +189,14 @@ __device__ __forceinline__ void store(T* p, const acc_t<T> (&in)[V]) {
   Pack<T, V> pack;
 #pragma unroll
   for (int j = 0; j < V; ++j) {
-    pack.v[j] = narrow(in[j], static_cast<T*>(nullptr));
+    put(&pack.v[j], in[j]);
   }
   *reinterpret_cast<Pack<T, V>*>(p) = pack;
 }
 
-// A strided operand: a packed load where the columns are adjacent and
-// aligned (`packed`, decided on the host), else element by element, which
-// also reads a broadcast (stride 0) column.
+// V adjacent columns of a strided operand: a packed load where they are
+// adjacent and aligned (`packed`, decided on the host), else element by
+// element, which also reads a broadcast (stride 0) column.
 template <int V, typename T, typename I>
 __device__ __forceinline__ void load(
     const Strided<T>& m,
@@ -164,24 +223,70 @@ __device__ __forceinline__ void load(
   }
 }
 
-inline int multiprocessors() {
-  // Asked once per device: the attribute query is a driver call.
-  static std::array<std::atomic<int>, 64> cached{};
+// What the current device offers, asked once per device: the attribute
+// queries are driver calls.
+struct DeviceLimits {
+  int device;
+  int multiprocessors;
+  int shared_bytes; // per block, with the opt-in
+  bool cooperative;
+};
+
+// A slot of the per-device caches.
+inline size_t device_slot(int device) {
+  return static_cast<size_t>(device) % 64;
+}
+
+// The limits of the current device, or the error of the query that failed
+// (nothing is cached then, and the next call asks again).
+inline cudaError_t device_limits(DeviceLimits* out) {
+  static std::array<std::atomic<int>, 64> sms{};
+  static std::array<std::atomic<int>, 64> shared{};
+  static std::array<std::atomic<int>, 64> coop{};
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    return 132;
+  cudaError_t status = cudaGetDevice(&device);
+  if (status != cudaSuccess) {
+    return status;
   }
-  const size_t slot = static_cast<size_t>(device) % cached.size();
-  int sms = cached[slot].load(std::memory_order_relaxed);
-  if (sms == 0) {
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
+  const size_t slot = device_slot(device);
+  // The multiprocessor count is stored last (release): a reader that sees
+  // it nonzero sees the other two.
+  if (sms[slot].load(std::memory_order_acquire) == 0) {
+    int n = 0, bytes = 0, can = 0;
+    if ((status = cudaDeviceGetAttribute(
+             &bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) !=
             cudaSuccess ||
-        sms <= 0) {
-      sms = 132;
+        (status = cudaDeviceGetAttribute(
+             &can, cudaDevAttrCooperativeLaunch, device)) != cudaSuccess ||
+        (status = cudaDeviceGetAttribute(
+             &n, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) {
+      return status;
     }
-    cached[slot].store(sms, std::memory_order_relaxed);
+    shared[slot].store(bytes, std::memory_order_relaxed);
+    coop[slot].store(can, std::memory_order_relaxed);
+    sms[slot].store(n, std::memory_order_release);
   }
-  return sms;
+  out->device = device;
+  out->multiprocessors = sms[slot].load(std::memory_order_acquire);
+  out->shared_bytes = shared[slot].load(std::memory_order_relaxed);
+  out->cooperative = coop[slot].load(std::memory_order_relaxed) != 0;
+  return cudaSuccess;
+}
+
+// The current device's multiprocessor count, for the size of a grid.
+inline cudaError_t multiprocessors(int64_t* out) {
+  DeviceLimits limits{};
+  const cudaError_t status = device_limits(&limits);
+  *out = limits.multiprocessors;
+  return status;
+}
+
+// Blocks for a grid-stride loop over `threads` threads: one thread each, up
+// to 16 blocks per multiprocessor.
+inline unsigned int grid_stride_blocks(int64_t threads, int64_t sms) {
+  const int64_t wanted = (threads + kThreads - 1) / kThreads;
+  return static_cast<unsigned int>(
+      std::max<int64_t>(1, std::min<int64_t>(wanted, sms * 16)));
 }
 
 inline bool aligned16(const void* p) {

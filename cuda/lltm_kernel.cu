@@ -14,7 +14,9 @@
 //   dZ_o = gh * t * o * (1 - o)
 //   dZ_c = dc * i * elu'(Z_c),  elu'(z) = 1 if z > 0 else e^z = g + 1
 //   d_bias = the column sums of dZ
-// (the GEMMs for d_weights, d_old_h and d_input follow in cuBLAS).
+// (the GEMMs for d_weights, d_old_h and d_input follow in cuBLAS). The
+// cell's math of one element is cell_forward and cell_backward
+// (lltm_device.h), shared by every kernel that runs it.
 //
 // Each thread handles V adjacent columns of a row, with 16-byte loads and
 // stores where the sizes and the alignment allow (V = 16 / sizeof(T)), else
@@ -75,14 +77,16 @@ __global__ void __launch_bounds__(kThreads)
       store<V>(a.z_with_bias + z_row + S + s, zo);
       store<V>(a.z_with_bias + z_row + 2 * S + s, zc);
     }
+    // The activations i, o and g in place of the pre-activations.
     A h[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      zi[j] = sigmoid(zi[j]); // i
-      zo[j] = sigmoid(zo[j]); // o
-      zc[j] = elu(zc[j]); // g
-      c[j] += zc[j] * zi[j];
-      h[j] = tanh_(c[j]) * zo[j];
+      const CellForward<A> f = cell_forward(zi[j], zo[j], zc[j], c[j]);
+      zi[j] = f.i;
+      zo[j] = f.o;
+      zc[j] = f.g;
+      c[j] = f.cell;
+      h[j] = f.h;
     }
     store<V>(a.new_cell + b * S + s, c);
     store<V>(a.new_h + b * S + s, h);
@@ -115,7 +119,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(
   A sum_i[V] = {}, sum_o[V] = {}, sum_c[V] = {};
   if (s < S) {
     for (I b = first_row + threadIdx.y; b < end_row; b += blockDim.y) {
-      A gh[V], gc[V], i[V], o[V], g[V], t[V];
+      A gh[V], gc[V], i[V], o[V], g[V], cell[V];
       load<V>(a.grad_h, grad_h_packed, b, s, gh);
       load<V>(a.grad_cell, grad_cell_packed, b, s, gc);
       if (a.grad_h_add != nullptr) {
@@ -130,15 +134,16 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(
       load<V>(a.input_gate + act_row + s, i);
       load<V>(a.output_gate + act_row + s, o);
       load<V>(a.candidate_cell + act_row + s, g);
-      load<V>(a.new_cell + b * S + s, t);
+      load<V>(a.new_cell + b * S + s, cell);
       A dc[V], dz_i[V], dz_o[V], dz_c[V];
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        t[j] = tanh_(t[j]);
-        dc[j] = (A(1) - t[j] * t[j]) * o[j] * gh[j] + gc[j];
-        dz_i[j] = dc[j] * g[j] * i[j] * (A(1) - i[j]);
-        dz_o[j] = gh[j] * t[j] * o[j] * (A(1) - o[j]);
-        dz_c[j] = dc[j] * i[j] * (g[j] > A(0) ? A(1) : g[j] + A(1));
+        const CellBackward<A> d =
+            cell_backward(i[j], o[j], g[j], tanh_(cell[j]), gh[j], gc[j]);
+        dc[j] = d.d_cell;
+        dz_i[j] = d.dz_i;
+        dz_o[j] = d.dz_o;
+        dz_c[j] = d.dz_c;
         sum_i[j] += dz_i[j];
         sum_o[j] += dz_o[j];
         sum_c[j] += dz_c[j];
@@ -207,7 +212,7 @@ __global__ void __launch_bounds__(kThreads) sum_bias_partials_kernel(
     for (int64_t r = 0; r < slabs; ++r) {
       total += partials[r * columns + j];
     }
-    d_bias[j] = narrow(total, static_cast<T*>(nullptr));
+    put(d_bias + j, total);
   }
 }
 
@@ -262,8 +267,9 @@ struct BackwardPlan {
   size_t workspace_bytes; // the partial sums, when several block rows
 };
 
+// `sms`: the multiprocessor count.
 template <typename T>
-BackwardPlan plan_backward(const BackwardArgs<T>& a) {
+BackwardPlan plan_backward(const BackwardArgs<T>& a, int64_t sms) {
   constexpr int Vp = kPack<T>;
   BackwardPlan plan{};
   plan.packed = a.state % Vp == 0 && a.ld_act % Vp == 0 &&
@@ -286,8 +292,7 @@ BackwardPlan plan_backward(const BackwardArgs<T>& a) {
   // with at least 4 rows per lane.
   int64_t row_blocks = 1;
   if (a.batch > 16 * static_cast<int64_t>(ty)) {
-    const int64_t wanted =
-        (2 * multiprocessors() + column_blocks - 1) / column_blocks;
+    const int64_t wanted = (2 * sms + column_blocks - 1) / column_blocks;
     const int64_t most = (a.batch + 4 * ty - 1) / (4 * ty);
     row_blocks = std::max<int64_t>(1, std::min(wanted, most));
   }
@@ -312,6 +317,10 @@ cudaError_t launch_forward(const ForwardArgs<T>& a, cudaStream_t stream) {
   if (a.batch == 0 || a.state == 0) {
     return cudaSuccess;
   }
+  int64_t sms = 0;
+  if (const cudaError_t status = multiprocessors(&sms); status != cudaSuccess) {
+    return status;
+  }
   const bool packed = forward_packed(a);
   const int64_t largest = std::max(
       (a.batch - 1) * a.ld_z + 3 * a.state,
@@ -320,10 +329,8 @@ cudaError_t launch_forward(const ForwardArgs<T>& a, cudaStream_t stream) {
     constexpr int V = decltype(v)::value;
     using I = decltype(index);
     const int64_t groups_per_row = a.state / V;
-    const int64_t groups = a.batch * groups_per_row;
-    const int64_t wanted = (groups + kThreads - 1) / kThreads;
-    const auto blocks = static_cast<unsigned int>(
-        std::min<int64_t>(wanted, int64_t(multiprocessors()) * 16));
+    const unsigned int blocks =
+        grid_stride_blocks(a.batch * groups_per_row, sms);
     forward_kernel<T, V, I>
         <<<blocks, kThreads, 0, stream>>>(a, static_cast<I>(groups_per_row));
     return cudaGetLastError();
@@ -335,7 +342,13 @@ size_t backward_workspace_size(const BackwardArgs<T>& a) {
   if (a.batch == 0 || a.state == 0) {
     return 0;
   }
-  return plan_backward(a).workspace_bytes;
+  int64_t sms = 0;
+  if (multiprocessors(&sms) != cudaSuccess) {
+    // launch_backward reports the error. As many multiprocessors as a plan
+    // could use: the largest workspace any plan of these sizes needs.
+    sms = std::numeric_limits<int32_t>::max();
+  }
+  return plan_backward(a, sms).workspace_bytes;
 }
 
 template <typename T>
@@ -352,7 +365,11 @@ cudaError_t launch_backward(
         ? cudaSuccess
         : cudaMemsetAsync(a.d_bias, 0, 3 * a.state * sizeof(T), stream);
   }
-  const BackwardPlan plan = plan_backward(a);
+  int64_t sms = 0;
+  if (const cudaError_t status = multiprocessors(&sms); status != cudaSuccess) {
+    return status;
+  }
+  const BackwardPlan plan = plan_backward(a, sms);
   const bool grad_h_packed = plan.packed && strided_packed(a.grad_h);
   const bool grad_cell_packed = plan.packed && strided_packed(a.grad_cell);
   const int64_t largest = std::max(
@@ -394,10 +411,7 @@ cudaError_t launch_backward(
   template cudaError_t launch_backward<T>(                                     \
       const BackwardArgs<T>&, void*, cudaStream_t);
 
-LLTM_INSTANTIATE(float)
-LLTM_INSTANTIATE(double)
-LLTM_INSTANTIATE(__half)
-LLTM_INSTANTIATE(__nv_bfloat16)
+LLTM_FOR_EACH_TYPE(LLTM_INSTANTIATE)
 
 #undef LLTM_INSTANTIATE
 

@@ -91,8 +91,8 @@ cudaError_t launch_backward(
     cudaStream_t stream);
 
 // The small-problem path (lltm_small.cu): when the GEMMs are tiny, a cuBLAS
-// call costs more in launch overhead and poorly chosen kernels (tens of
-// microseconds for a few MFLOP) than the math. These kernels do the GEMMs
+// call costs more in launch overhead and poorly chosen kernels than the
+// math (docs/performance.md has the times). These kernels do the GEMMs
 // themselves, in the accumulation type (float for 16-bit types, never TF32).
 
 // Whether the small path suits a problem of these sizes.

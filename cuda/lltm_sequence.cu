@@ -13,6 +13,7 @@
 //   dc_{t-1} = (1 - t_c^2) * o * gh + gc
 //   dZ_i = dc_{t-1} * g * i * (1 - i)    dZ_o = gh * t_c * o * (1 - o)
 //   dZ_c = dc_{t-1} * i * elu'(Z_c),  elu'(z) = 1 if z > 0 else g + 1
+// (the cell's part: cell_forward and cell_backward, lltm_device.h)
 // then d_h0 = dZ_0 W_h and d_c0 = dc_{-1}. d_weights, d_input and d_bias
 // follow in cuBLAS and ATen from the dZ of all steps.
 //
@@ -57,8 +58,13 @@ __device__ __forceinline__ acc_t<T> load_shared_data(const T* p) {
   return widen(__ldcg(p));
 }
 
+using detail::load_element; // the [batch, state] one, beside this
+
+// load_element for a [steps, batch, state] operand, in one index
+// expression: a Strided view of the step costs the backward registers
+// (spills on sm_75).
 template <typename T>
-__device__ __forceinline__ acc_t<T> load(
+__device__ __forceinline__ acc_t<T> load_element(
     const Strided3<T>& m,
     int64_t step,
     int64_t row,
@@ -136,6 +142,45 @@ __device__ __forceinline__ A sum_lanes(A v, int lanes) {
   return v;
 }
 
+// A (row, column) item of a tile, as a thread of its group sees it.
+struct Item {
+  int r; // the row in the tile
+  int jl; // the column in the block's slice
+  int j; // the state column
+  bool owner; // the group's first lane, on an item inside the problem
+  int64_t b; // the batch row
+  int64_t at; // b * S + j
+};
+
+// The items of a tile of `rows` rows, dealt a round at a time to groups of
+// p.lanes adjacent threads, an item a group. Every thread runs the same
+// rounds, so that the shuffles of a warp meet; items past the end compute on
+// zeros and store nothing.
+struct Rounds {
+  int lanes;
+  int part; // the thread's lane in its group
+  int groups; // items a round
+  int items;
+  int J;
+
+  __device__ Rounds(const Tiling& p, int rows)
+      : lanes(p.lanes),
+        part(static_cast<int>(threadIdx.x) % p.lanes),
+        groups(static_cast<int>(blockDim.x) / p.lanes),
+        items(rows * p.columns),
+        J(p.columns) {}
+
+  // This thread's item in the round from item0.
+  __device__ Item item(int item0, int j0, int S, int64_t b0) const {
+    const int item = item0 + static_cast<int>(threadIdx.x) / lanes;
+    const int r = item < items ? item / J : 0;
+    const int jl = item < items ? item - r * J : 0;
+    const int j = j0 + jl;
+    const int64_t b = b0 + r;
+    return {r, jl, j, item < items && j < S && part == 0, b, b * S + j};
+  }
+};
+
 // W_h's slice of this block into shared memory, as w_s[k * 3J + g J + jl]:
 // forward: W_h[g S + j][k]; backward: W_h[g S + k][j] (j = j0 + jl; zero
 // past the last column).
@@ -163,19 +208,43 @@ __device__ void load_weights(
   }
 }
 
+// This block's slice of the problem: state columns [j0, j0 + J) of S, and
+// in shared memory W_h's 3 J rows for them (w_s, rows of `width` = 3 J),
+// then the tile.
+template <typename A>
+struct Slice {
+  int S;
+  int J;
+  int width;
+  int j0;
+  A* w_s;
+  A* tile;
+};
+
+template <typename T, bool Backward>
+__device__ __forceinline__ Slice<acc_t<T>> load_slice(
+    const T* w,
+    int64_t ld_w,
+    int64_t state,
+    const Tiling& p) {
+  using A = acc_t<T>;
+  extern __shared__ __align__(16) unsigned char shared[];
+  const int S = static_cast<int>(state);
+  const int J = p.columns;
+  const int width = 3 * J;
+  const int j0 = static_cast<int>(blockIdx.x) * J;
+  A* w_s = reinterpret_cast<A*>(shared);
+  load_weights<T, Backward>(w_s, w, ld_w, S, J, j0);
+  return {S, J, width, j0, w_s, w_s + S * width};
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     sequence_forward_kernel(const SequenceForwardArgs<T> a, const Tiling p) {
   using A = acc_t<T>;
   cg::grid_group grid = cg::this_grid();
-  extern __shared__ __align__(16) unsigned char shared[];
-  const int S = static_cast<int>(a.state);
-  const int J = p.columns;
-  const int width = 3 * J;
-  const int j0 = static_cast<int>(blockIdx.x) * J;
-  A* w_s = reinterpret_cast<A*>(shared);
-  A* h_s = w_s + S * width;
-  load_weights<T, false>(w_s, a.w, a.ld_w, S, J, j0);
+  const auto [S, J, width, j0, w_s, h_s] =
+      load_slice<T, false>(a.w, a.ld_w, a.state, p);
   const int64_t B = a.batch;
   const int64_t BS = B * S;
   const bool save = a.cells != nullptr;
@@ -191,20 +260,9 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads(); // the last tile's readers are done (and W_h is in)
       load_tile(h_s, p.ld, h_prev + b0 * S, rows, S);
       __syncthreads();
-      // Every thread runs the same rounds, so that the shuffles of a warp
-      // meet; items past the end compute on zeros and store nothing.
-      const int lanes = p.lanes;
-      const int part = static_cast<int>(threadIdx.x) % lanes;
-      const int groups = static_cast<int>(blockDim.x) / lanes;
-      const int items = rows * J;
-      for (int item0 = 0; item0 < items; item0 += groups) {
-        const int item = item0 + static_cast<int>(threadIdx.x) / lanes;
-        const int r = item < items ? item / J : 0;
-        const int jl = item < items ? item - r * J : 0;
-        const int j = j0 + jl;
-        const bool owner = item < items && j < S && part == 0;
-        const int64_t b = b0 + r;
-        const int64_t at = b * S + j;
+      const Rounds q(p, rows);
+      for (int item0 = 0; item0 < q.items; item0 += q.groups) {
+        const auto [r, jl, j, owner, b, at] = q.item(item0, j0, S, b0);
         // Loads that do not wait for h_{t-1}, issued before the dot product
         // so that their latency hides behind it.
         T* z = z_t + b * 3 * S;
@@ -218,34 +276,30 @@ __global__ void __launch_bounds__(kThreads)
         const A* h_r = h_s + r * p.ld;
         const A* w_j = w_s + jl;
         A zi = 0, zo = 0, zc = 0;
-        for (int k = part; k < S; k += lanes) {
+        for (int k = q.part; k < S; k += q.lanes) {
           const A h = h_r[k];
           const A* w_k = w_j + k * width;
           zi += h * w_k[0];
           zo += h * w_k[J];
           zc += h * w_k[2 * J];
         }
-        zi = sum_lanes(zi, lanes);
-        zo = sum_lanes(zo, lanes);
-        zc = sum_lanes(zc, lanes);
+        zi = sum_lanes(zi, q.lanes);
+        zo = sum_lanes(zo, q.lanes);
+        zc = sum_lanes(zc, q.lanes);
         if (!owner) {
           continue;
         }
-        const A i = sigmoid(zi + pi);
-        const A o = sigmoid(zo + po);
-        const A g = elu(zc + pc);
-        const A c = c_old + g * i;
-        const A h = tanh_(c) * o;
-        put(c_out + at, c);
-        put(h_out + at, h);
+        const CellForward<A> f = cell_forward(zi + pi, zo + po, zc + pc, c_old);
+        put(c_out + at, f.cell);
+        put(h_out + at, f.h);
         if (save) {
-          put(z + j, i);
-          put(z + S + j, o);
-          put(z + 2 * S + j, g);
+          put(z + j, f.i);
+          put(z + S + j, f.o);
+          put(z + 2 * S + j, f.g);
         }
         if (last) {
-          put(a.h_n + at, h);
-          put(a.c_n + at, c);
+          put(a.h_n + at, f.h);
+          put(a.c_n + at, f.cell);
         }
       }
     }
@@ -262,14 +316,8 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
     acc_t<T>* __restrict__ dc) {
   using A = acc_t<T>;
   cg::grid_group grid = cg::this_grid();
-  extern __shared__ __align__(16) unsigned char shared[];
-  const int S = static_cast<int>(a.state);
-  const int J = p.columns;
-  const int width = 3 * J;
-  const int j0 = static_cast<int>(blockIdx.x) * J;
-  A* w_s = reinterpret_cast<A*>(shared);
-  A* dz_s = w_s + S * width;
-  load_weights<T, true>(w_s, a.w, a.ld_w, S, J, j0);
+  const auto [S, J, width, j0, w_s, dz_s] =
+      load_slice<T, true>(a.w, a.ld_w, a.state, p);
   const int64_t B = a.batch;
   const int64_t G = 3 * static_cast<int64_t>(S); // dZ's row length
   const int64_t end = a.d_h0 != nullptr ? -1 : 0;
@@ -283,23 +331,14 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
         load_tile(dz_s, p.ld, dz_next + b0 * G, rows, 3 * S);
         __syncthreads();
       }
-      const int lanes = p.lanes;
-      const int part = static_cast<int>(threadIdx.x) % lanes;
-      const int groups = static_cast<int>(blockDim.x) / lanes;
-      const int items = rows * J;
-      for (int item0 = 0; item0 < items; item0 += groups) {
-        const int item = item0 + static_cast<int>(threadIdx.x) / lanes;
-        const int r = item < items ? item / J : 0;
-        const int jl = item < items ? item - r * J : 0;
-        const int j = j0 + jl;
-        const bool owner = item < items && j < S && part == 0;
-        const int64_t b = b0 + r;
-        const int64_t at = b * S + j;
+      const Rounds q(p, rows);
+      for (int item0 = 0; item0 < q.items; item0 += q.groups) {
+        const auto [r, jl, j, owner, b, at] = q.item(item0, j0, S, b0);
         // Loads that do not wait for dZ_{t+1}, issued before the dot
         // product so that their latency hides behind it.
         A gh = 0, gc = 0, i = 0, o = 0, g = 0, tc = 0;
         if (owner && t >= 0) {
-          gh = load(a.grad_output, t, b, j);
+          gh = load_element(a.grad_output, t, b, j);
           if (last) {
             gh += load_element(a.grad_h_n, b, j);
           }
@@ -315,13 +354,13 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
           const A* dz_r = dz_s + r * p.ld;
           const A* w_j = w_s + jl;
           A ri = 0, ro = 0, rc = 0;
-          for (int k = part; k < S; k += lanes) {
+          for (int k = q.part; k < S; k += q.lanes) {
             const A* w_k = w_j + k * width;
             ri += dz_r[k] * w_k[0];
             ro += dz_r[S + k] * w_k[J];
             rc += dz_r[2 * S + k] * w_k[2 * J];
           }
-          recurrent = sum_lanes(ri + ro + rc, lanes);
+          recurrent = sum_lanes(ri + ro + rc, q.lanes);
         }
         if (!owner) {
           continue;
@@ -331,63 +370,19 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
           continue;
         }
         gh += recurrent;
-        const A d_cell = (A(1) - tc * tc) * o * gh + gc;
+        const CellBackward<A> d = cell_backward(i, o, g, tc, gh, gc);
         T* dz = a.d_gates + (t * B + b) * G;
-        put(dz + j, d_cell * g * i * (A(1) - i));
-        put(dz + S + j, gh * tc * o * (A(1) - o));
-        put(dz + 2 * S + j, d_cell * i * (g > A(0) ? A(1) : g + A(1)));
-        dc[at] = d_cell;
+        put(dz + j, d.dz_i);
+        put(dz + S + j, d.dz_o);
+        put(dz + 2 * S + j, d.dz_c);
+        dc[at] = d.d_cell;
         if (t == 0 && a.d_c0 != nullptr) {
-          put(a.d_c0 + at, d_cell);
+          put(a.d_c0 + at, d.d_cell);
         }
       }
     }
     step_barrier(grid); // dZ_t is complete before any block reads it
   }
-}
-
-// What the device offers, asked once per device.
-struct DeviceLimits {
-  int device;
-  int multiprocessors;
-  int shared_bytes; // per block, with the opt-in
-  bool cooperative;
-};
-
-size_t device_slot(const DeviceLimits& limits) {
-  return static_cast<size_t>(limits.device) % 64;
-}
-
-cudaError_t device_limits(DeviceLimits* out) {
-  static std::array<std::atomic<int>, 64> sms{};
-  static std::array<std::atomic<int>, 64> shared{};
-  static std::array<std::atomic<int>, 64> coop{};
-  int device = 0;
-  cudaError_t status = cudaGetDevice(&device);
-  if (status != cudaSuccess) {
-    return status;
-  }
-  const size_t slot = static_cast<size_t>(device) % sms.size();
-  if (sms[slot].load(std::memory_order_acquire) == 0) {
-    int n = 0, bytes = 0, can = 0;
-    if ((status = cudaDeviceGetAttribute(
-             &bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) !=
-            cudaSuccess ||
-        (status = cudaDeviceGetAttribute(
-             &can, cudaDevAttrCooperativeLaunch, device)) != cudaSuccess ||
-        (status = cudaDeviceGetAttribute(
-             &n, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) {
-      return status;
-    }
-    shared[slot].store(bytes, std::memory_order_relaxed);
-    coop[slot].store(can, std::memory_order_relaxed);
-    sms[slot].store(n, std::memory_order_release);
-  }
-  out->device = device;
-  out->multiprocessors = sms[slot].load(std::memory_order_acquire);
-  out->shared_bytes = shared[slot].load(std::memory_order_relaxed);
-  out->cooperative = coop[slot].load(std::memory_order_relaxed) != 0;
-  return cudaSuccess;
 }
 
 struct Plan {
@@ -466,7 +461,7 @@ cudaError_t plan(int64_t batch, int64_t state, Plan* out) {
   // GIL): the one that needed less must not set it last.
   static std::array<std::atomic<int>, 64> allowed{};
   static std::mutex raising;
-  std::atomic<int>& allowed_here = allowed[device_slot(limits)];
+  std::atomic<int>& allowed_here = allowed[device_slot(limits.device)];
   if (allowed_here.load(std::memory_order_acquire) < static_cast<int>(bytes)) {
     const std::lock_guard<std::mutex> lock(raising);
     if (allowed_here.load(std::memory_order_relaxed) <
@@ -574,10 +569,7 @@ cudaError_t launch_sequence_backward(
   template cudaError_t launch_sequence_backward<T>(                  \
       const SequenceBackwardArgs<T>&, void*, cudaStream_t);
 
-LLTM_INSTANTIATE(float)
-LLTM_INSTANTIATE(double)
-LLTM_INSTANTIATE(__half)
-LLTM_INSTANTIATE(__nv_bfloat16)
+LLTM_FOR_EACH_TYPE(LLTM_INSTANTIATE)
 
 #undef LLTM_INSTANTIATE
 

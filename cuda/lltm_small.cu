@@ -3,7 +3,8 @@
 // Forward, in one kernel, with X = [old_h | input] read in place and one
 // warp per (b, s), its lanes splitting the sum over k:
 //   Z_g[b, s] = sum_k X[b, k] W[g * S + s, k] + b[g * S + s],  g = i, o, c
-// then the pointwise step of lltm_kernel.cu (i, o, g, new_cell, new_h).
+// then the cell's forward (cell_forward, lltm_device.h: i, o, g, new_cell,
+// new_h).
 //
 // Backward GEMMs, in one kernel, one thread per output element:
 //   d_weights[j, k] = sum_b dZ[b, j] X[b, k]
@@ -11,16 +12,14 @@
 //   d_input[b, k]   = sum_j dZ[b, j] W[j, S + k]
 //
 // At the tutorial's size (batch 16, state 128, 32 features) a step's GEMMs
-// are about 3 MFLOP, yet cuBLAS picked kernels that took 30 and 51 us for
-// two of them on an H200 (docs/performance.md): these take a few
-// microseconds and save two launches per direction. Sums run in the
-// accumulation type, in a fixed order: the results are the same bits on
-// every run.
+// are a few MFLOP, yet cuBLAS picks kernels for them that take far longer
+// than these (docs/performance.md has the times), and these save two
+// launches per direction. Sums run in the accumulation type, in a fixed
+// order: the results are the same bits on every run.
 #include "lltm_kernel.h"
 
 #include "lltm_device.h"
 
-#include <algorithm>
 #include <cstdint>
 
 namespace lltm::cuda {
@@ -29,19 +28,6 @@ namespace {
 using namespace detail; // NOLINT(google-build-using-namespace)
 
 constexpr int kWarp = 32;
-
-template <typename T>
-__device__ __forceinline__ acc_t<T> at(
-    const Strided<T>& m,
-    int64_t row,
-    int64_t col) {
-  return widen(m.data[row * m.row_stride + col * m.col_stride]);
-}
-
-template <typename T>
-__device__ __forceinline__ T to(acc_t<T> v) {
-  return narrow(v, static_cast<T*>(nullptr));
-}
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -64,12 +50,13 @@ __global__ void __launch_bounds__(kThreads)
     A z_o = 0;
     A z_c = 0;
     for (int64_t k = lane; k < K; k += kWarp) {
-      const A x = k < S ? at(a.old_h, b, k) : at(a.input, b, k - S);
-      z_i += x * at(a.weights, s, k);
-      z_o += x * at(a.weights, S + s, k);
-      z_c += x * at(a.weights, 2 * S + s, k);
+      const A x =
+          k < S ? load_present(a.old_h, b, k) : load_present(a.input, b, k - S);
+      z_i += x * load_present(a.weights, s, k);
+      z_o += x * load_present(a.weights, S + s, k);
+      z_c += x * load_present(a.weights, 2 * S + s, k);
       if (a.X != nullptr && s == 0) {
-        a.X[b * K + k] = to<T>(x);
+        put(a.X + b * K + k, x);
       }
     }
 #pragma unroll
@@ -88,20 +75,18 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (c.z_with_bias != nullptr) {
       T* z = c.z_with_bias + b * c.ld_z;
-      z[s] = to<T>(z_i);
-      z[S + s] = to<T>(z_o);
-      z[2 * S + s] = to<T>(z_c);
+      put(z + s, z_i);
+      put(z + S + s, z_o);
+      put(z + 2 * S + s, z_c);
     }
-    const A i = sigmoid(z_i);
-    const A o = sigmoid(z_o);
-    const A g = elu(z_c);
-    const A cell = widen(c.old_cell[b * S + s]) + g * i;
-    c.new_cell[b * S + s] = to<T>(cell);
-    c.new_h[b * S + s] = to<T>(tanh_(cell) * o);
+    const CellForward<A> f =
+        cell_forward(z_i, z_o, z_c, widen(c.old_cell[b * S + s]));
+    put(c.new_cell + b * S + s, f.cell);
+    put(c.new_h + b * S + s, f.h);
     if (c.input_gate != nullptr) {
-      c.input_gate[b * c.ld_act + s] = to<T>(i);
-      c.output_gate[b * c.ld_act + s] = to<T>(o);
-      c.candidate_cell[b * c.ld_act + s] = to<T>(g);
+      put(c.input_gate + b * c.ld_act + s, f.i);
+      put(c.output_gate + b * c.ld_act + s, f.o);
+      put(c.candidate_cell + b * c.ld_act + s, f.g);
     }
   }
 }
@@ -121,11 +106,11 @@ __device__ __forceinline__ acc_t<T> d_x_sum(
   for (; j + 4 <= G; j += 4) {
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      acc[u] += widen(dz[j + u]) * at(a.weights, j + u, col);
+      acc[u] += widen(dz[j + u]) * load_present(a.weights, j + u, col);
     }
   }
   for (; j < G; ++j) {
-    acc[0] += widen(dz[j]) * at(a.weights, j, col);
+    acc[0] += widen(dz[j]) * load_present(a.weights, j, col);
   }
   return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
@@ -152,23 +137,32 @@ __global__ void __launch_bounds__(kThreads) small_backward_gemms_kernel(
       for (int64_t b = 0; b < a.batch; ++b) {
         acc += widen(a.d_gates[b * G + j]) * widen(a.X[b * K + k]);
       }
-      a.d_weights[t] = to<T>(acc);
+      put(a.d_weights + t, acc);
     } else if (t < n_weights + n_old_h) {
       const int64_t u = t - n_weights;
       const int64_t b = u / S;
-      a.d_old_h[u] = to<T>(d_x_sum(a, b, u - b * S));
+      put(a.d_old_h + u, d_x_sum(a, b, u - b * S));
     } else {
       const int64_t u = t - n_weights - n_old_h;
       const int64_t b = u / F;
-      a.d_input[u] = to<T>(d_x_sum(a, b, S + (u - b * F)));
+      put(a.d_input + u, d_x_sum(a, b, S + (u - b * F)));
     }
   }
 }
 
-unsigned int blocks_for(int64_t threads) {
-  const int64_t wanted = (threads + kThreads - 1) / kThreads;
-  return static_cast<unsigned int>(std::max<int64_t>(
-      1, std::min<int64_t>(wanted, int64_t(multiprocessors()) * 16)));
+// Launches a grid-stride kernel over `threads` threads.
+template <typename... Params, typename... Args>
+cudaError_t launch_over(
+    void (*kernel)(Params...),
+    int64_t threads,
+    cudaStream_t stream,
+    const Args&... args) {
+  int64_t sms = 0;
+  if (const cudaError_t status = multiprocessors(&sms); status != cudaSuccess) {
+    return status;
+  }
+  kernel<<<grid_stride_blocks(threads, sms), kThreads, 0, stream>>>(args...);
+  return cudaGetLastError();
 }
 
 } // namespace
@@ -189,9 +183,7 @@ cudaError_t launch_small_forward(
   if (warps == 0) {
     return cudaSuccess;
   }
-  small_forward_kernel<T>
-      <<<blocks_for(warps * kWarp), kThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_over(small_forward_kernel<T>, warps * kWarp, stream, a);
 }
 
 template <typename T>
@@ -207,9 +199,14 @@ cudaError_t launch_small_backward_gemms(
   if (total == 0) {
     return cudaSuccess;
   }
-  small_backward_gemms_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(
-      a, n_weights, n_old_h, n_input);
-  return cudaGetLastError();
+  return launch_over(
+      small_backward_gemms_kernel<T>,
+      total,
+      stream,
+      a,
+      n_weights,
+      n_old_h,
+      n_input);
 }
 
 #define LLTM_INSTANTIATE(T)                            \
@@ -218,10 +215,7 @@ cudaError_t launch_small_backward_gemms(
   template cudaError_t launch_small_backward_gemms<T>( \
       const SmallBackwardArgs<T>&, cudaStream_t);
 
-LLTM_INSTANTIATE(float)
-LLTM_INSTANTIATE(double)
-LLTM_INSTANTIATE(__half)
-LLTM_INSTANTIATE(__nv_bfloat16)
+LLTM_FOR_EACH_TYPE(LLTM_INSTANTIATE)
 
 #undef LLTM_INSTANTIATE
 

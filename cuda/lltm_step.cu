@@ -14,6 +14,7 @@
 //   dc_{t-1} = (1 - t_c^2) * o * gh + gc
 //   dZ_i = dc_{t-1} * g * i * (1 - i)    dZ_o = gh * t_c * o * (1 - o)
 //   dZ_c = dc_{t-1} * i * elu'(Z_c),  elu'(z) = 1 if z > 0 else g + 1
+// (the cell's part: cell_forward and cell_backward, lltm_device.h)
 //
 // Work split: block (x, y) computes rows [x BM, x BM + BM) and state columns
 // [y BN, y BN + BN): of all three gates in the forward (3 BN columns of Z),
@@ -97,6 +98,72 @@ __device__ __forceinline__ bool reduce_groups(A (&acc)[N], A* partials) {
   return true;
 }
 
+// Chunk k0 of the rows operand, rows [b0, b0 + BM) of a dense [B, K]
+// matrix and columns [k0, k0 + C), into registers: this thread's elements
+// e = tid + l NG of the chunk, zero past the ends.
+template <typename P, int C, int L, typename A, typename T>
+__device__ __forceinline__ void fetch_rows(
+    A (&out)[L],
+    const T* src,
+    int64_t B,
+    int K,
+    int64_t b0,
+    int k0,
+    int tid) {
+#pragma unroll
+  for (int l = 0; l < L; ++l) {
+    const int e = tid + l * P::group;
+    const int r = e / C;
+    const int64_t b = b0 + r;
+    const int k = k0 + (e - r * C);
+    out[l] = e < P::BM * C && b < B && k < K ? widen(src[b * K + k]) : A(0);
+  }
+}
+
+// Those elements into the group's shared tile, as [k][row].
+template <typename P, int C, int L, typename A>
+__device__ __forceinline__ void stash_rows(
+    A (*tile)[P::BM + 1],
+    const A (&in)[L],
+    int tid) {
+#pragma unroll
+  for (int l = 0; l < L; ++l) {
+    const int e = tid + l * P::group;
+    if (e < P::BM * C) {
+      const int r = e / C;
+      tile[e - r * C][r] = in[l];
+    }
+  }
+}
+
+// The loop over k in [0, K), by chunks of C: group grp takes chunks grp,
+// grp + KS, ..., and every group runs the same number of rounds, past the
+// end on zeros. A round stashes the chunk fetched before it, fetches the
+// next (in flight during this chunk's products), and runs multiply(kk) for
+// each kk of the chunk.
+template <typename P, int C, typename Fetch, typename Stash, typename Multiply>
+__device__ __forceinline__ void over_chunks(
+    int K,
+    int grp,
+    Fetch&& fetch,
+    Stash&& stash,
+    Multiply&& multiply) {
+  const int rounds = ((K + C - 1) / C + P::KS - 1) / P::KS;
+  fetch(grp * C);
+  for (int round = 0; round < rounds; ++round) {
+    stash();
+    __syncthreads();
+    if (round + 1 < rounds) {
+      fetch(((round + 1) * P::KS + grp) * C);
+    }
+#pragma unroll 16
+    for (int kk = 0; kk < C; ++kk) {
+      multiply(kk);
+    }
+    __syncthreads();
+  }
+}
+
 template <typename T, typename P>
 __global__ void __launch_bounds__(P::threads)
     step_forward_kernel(const StepForwardArgs<T> a) {
@@ -122,14 +189,7 @@ __global__ void __launch_bounds__(P::threads)
   A h_r[HL];
   A w_r[WL];
   auto fetch = [&](int k0) {
-#pragma unroll
-    for (int l = 0; l < HL; ++l) {
-      const int e = tid + l * NG;
-      const int r = e / C;
-      const int64_t b = b0 + r;
-      const int k = k0 + (e - r * C);
-      h_r[l] = e < BM * C && b < B && k < S ? widen(a.h[b * S + k]) : A(0);
-    }
+    fetch_rows<P, C>(h_r, a.h, B, S, b0, k0, tid);
 #pragma unroll
     for (int l = 0; l < WL; ++l) {
       const int e = tid + l * NG;
@@ -143,14 +203,7 @@ __global__ void __launch_bounds__(P::threads)
     }
   };
   auto stash = [&]() {
-#pragma unroll
-    for (int l = 0; l < HL; ++l) {
-      const int e = tid + l * NG;
-      if (e < BM * C) {
-        const int r = e / C;
-        h_s[grp][e - r * C][r] = h_r[l];
-      }
-    }
+    stash_rows<P, C>(h_s[grp], h_r, tid);
 #pragma unroll
     for (int l = 0; l < WL; ++l) {
       const int e = tid + l * NG;
@@ -166,44 +219,31 @@ __global__ void __launch_bounds__(P::threads)
   for (int n = 0; n < 3 * TM * TN; ++n) {
     acc[n] = A(0);
   }
-  // Group grp takes chunks grp, grp + KS, ...: every group runs the same
-  // number of rounds, past the end on zeros.
-  const int rounds = ((S + C - 1) / C + KS - 1) / KS;
-  fetch(grp * C);
-  for (int round = 0; round < rounds; ++round) {
-    stash();
-    __syncthreads();
-    if (round + 1 < rounds) {
-      fetch(((round + 1) * KS + grp) * C); // in flight during this chunk
+  over_chunks<P, C>(S, grp, fetch, stash, [&](int kk) {
+    A hv[TM];
+    A wv[3][TN];
+#pragma unroll
+    for (int r = 0; r < TM; ++r) {
+      hv[r] = h_s[grp][kk][ty + r * NY];
     }
-#pragma unroll 16
-    for (int kk = 0; kk < C; ++kk) {
-      A hv[TM];
-      A wv[3][TN];
+#pragma unroll
+    for (int g = 0; g < 3; ++g) {
+#pragma unroll
+      for (int c = 0; c < TN; ++c) {
+        wv[g][c] = w_s[grp][g][kk][tx + c * NX];
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < 3; ++g) {
 #pragma unroll
       for (int r = 0; r < TM; ++r) {
-        hv[r] = h_s[grp][kk][ty + r * NY];
-      }
-#pragma unroll
-      for (int g = 0; g < 3; ++g) {
 #pragma unroll
         for (int c = 0; c < TN; ++c) {
-          wv[g][c] = w_s[grp][g][kk][tx + c * NX];
-        }
-      }
-#pragma unroll
-      for (int g = 0; g < 3; ++g) {
-#pragma unroll
-        for (int r = 0; r < TM; ++r) {
-#pragma unroll
-          for (int c = 0; c < TN; ++c) {
-            acc[(g * TM + r) * TN + c] += hv[r] * wv[g][c];
-          }
+          acc[(g * TM + r) * TN + c] += hv[r] * wv[g][c];
         }
       }
     }
-    __syncthreads();
-  }
+  });
   if (!reduce_groups<A, P>(acc, partials)) {
     return;
   }
@@ -217,27 +257,25 @@ __global__ void __launch_bounds__(P::threads)
         continue;
       }
       T* z = a.z + b * 3 * S;
-      const A zi = acc[(0 * TM + r) * TN + c];
-      const A zo = acc[(1 * TM + r) * TN + c];
-      const A zc = acc[(2 * TM + r) * TN + c];
-      const A i = sigmoid(zi + widen(z[j]) + widen(a.bias[j]));
-      const A o = sigmoid(zo + widen(z[S + j]) + widen(a.bias[S + j]));
-      const A g = elu(zc + widen(z[2 * S + j]) + widen(a.bias[2 * S + j]));
+      const A zi = acc[(0 * TM + r) * TN + c] + widen(z[j]) + widen(a.bias[j]);
+      const A zo =
+          acc[(1 * TM + r) * TN + c] + widen(z[S + j]) + widen(a.bias[S + j]);
+      const A zc = acc[(2 * TM + r) * TN + c] + widen(z[2 * S + j]) +
+          widen(a.bias[2 * S + j]);
       const int64_t at = b * S + j;
-      const A cell = widen(a.c[at]) + g * i;
-      const A h = tanh_(cell) * o;
-      put(a.c_out + at, cell);
-      put(a.h_out + at, h);
+      const CellForward<A> f = cell_forward(zi, zo, zc, widen(a.c[at]));
+      put(a.c_out + at, f.cell);
+      put(a.h_out + at, f.h);
       if (a.save) {
-        put(z + j, i);
-        put(z + S + j, o);
-        put(z + 2 * S + j, g);
+        put(z + j, f.i);
+        put(z + S + j, f.o);
+        put(z + 2 * S + j, f.g);
       }
       if (a.h_n != nullptr) {
-        put(a.h_n + at, h);
+        put(a.h_n + at, f.h);
       }
       if (a.c_n != nullptr) {
-        put(a.c_n + at, cell);
+        put(a.c_n + at, f.cell);
       }
     }
   }
@@ -275,15 +313,7 @@ __global__ void __launch_bounds__(P::threads) step_backward_kernel(
     A d_r[DL];
     A w_r[WL];
     auto fetch = [&](int k0) {
-#pragma unroll
-      for (int l = 0; l < DL; ++l) {
-        const int e = tid + l * NG;
-        const int r = e / C;
-        const int64_t b = b0 + r;
-        const int k = k0 + (e - r * C);
-        d_r[l] =
-            e < BM * C && b < B && k < K ? widen(a.dz_next[b * K + k]) : A(0);
-      }
+      fetch_rows<P, C>(d_r, a.dz_next, B, K, b0, k0, tid);
       // W_h's rows k, columns [j0, j0 + BN): adjacent threads, adjacent
       // columns.
 #pragma unroll
@@ -298,14 +328,7 @@ __global__ void __launch_bounds__(P::threads) step_backward_kernel(
       }
     };
     auto stash = [&]() {
-#pragma unroll
-      for (int l = 0; l < DL; ++l) {
-        const int e = tid + l * NG;
-        if (e < BM * C) {
-          const int r = e / C;
-          dz_s[grp][e - r * C][r] = d_r[l];
-        }
-      }
+      stash_rows<P, C>(dz_s[grp], d_r, tid);
 #pragma unroll
       for (int l = 0; l < WL; ++l) {
         const int e = tid + l * NG;
@@ -315,36 +338,25 @@ __global__ void __launch_bounds__(P::threads) step_backward_kernel(
         }
       }
     };
-    const int rounds = ((K + C - 1) / C + KS - 1) / KS;
-    fetch(grp * C);
-    for (int round = 0; round < rounds; ++round) {
-      stash();
-      __syncthreads();
-      if (round + 1 < rounds) {
-        fetch(((round + 1) * KS + grp) * C); // in flight during this chunk
-      }
-#pragma unroll 16
-      for (int kk = 0; kk < C; ++kk) {
-        A dv[TM];
-        A wv[TN];
+    over_chunks<P, C>(K, grp, fetch, stash, [&](int kk) {
+      A dv[TM];
+      A wv[TN];
 #pragma unroll
-        for (int r = 0; r < TM; ++r) {
-          dv[r] = dz_s[grp][kk][ty + r * NY];
-        }
+      for (int r = 0; r < TM; ++r) {
+        dv[r] = dz_s[grp][kk][ty + r * NY];
+      }
+#pragma unroll
+      for (int c = 0; c < TN; ++c) {
+        wv[c] = w_s[grp][kk][tx + c * NX];
+      }
+#pragma unroll
+      for (int r = 0; r < TM; ++r) {
 #pragma unroll
         for (int c = 0; c < TN; ++c) {
-          wv[c] = w_s[grp][kk][tx + c * NX];
-        }
-#pragma unroll
-        for (int r = 0; r < TM; ++r) {
-#pragma unroll
-          for (int c = 0; c < TN; ++c) {
-            acc[r * TN + c] += dv[r] * wv[c];
-          }
+          acc[r * TN + c] += dv[r] * wv[c];
         }
       }
-      __syncthreads();
-    }
+    });
   }
   if (!reduce_groups<A, P>(acc, partials)) {
     return;
@@ -366,15 +378,15 @@ __global__ void __launch_bounds__(P::threads) step_backward_kernel(
       const A i = widen(act[j]);
       const A o = widen(act[S + j]);
       const A g = widen(act[2 * S + j]);
-      const A tc = tanh_(widen(a.cell[at]));
-      const A d_cell = (A(1) - tc * tc) * o * gh + gc;
+      const CellBackward<A> d =
+          cell_backward(i, o, g, tanh_(widen(a.cell[at])), gh, gc);
       T* dz = a.dz + b * K;
-      put(dz + j, d_cell * g * i * (A(1) - i));
-      put(dz + S + j, gh * tc * o * (A(1) - o));
-      put(dz + 2 * S + j, d_cell * i * (g > A(0) ? A(1) : g + A(1)));
-      dc[at] = d_cell;
+      put(dz + j, d.dz_i);
+      put(dz + S + j, d.dz_o);
+      put(dz + 2 * S + j, d.dz_c);
+      dc[at] = d.d_cell;
       if (a.d_c0 != nullptr) {
-        put(a.d_c0 + at, d_cell);
+        put(a.d_c0 + at, d.d_cell);
       }
     }
   }
@@ -433,7 +445,10 @@ cudaError_t launch_step_forward(
   if (a.batch == 0 || a.state == 0) {
     return cudaSuccess;
   }
-  const int64_t sms = multiprocessors();
+  int64_t sms = 0;
+  if (const cudaError_t status = multiprocessors(&sms); status != cudaSuccess) {
+    return status;
+  }
   if (fills<Forward3>(a.batch, a.state, sms)) {
     return forward_with<T, Forward3>(a, stream);
   }
@@ -460,7 +475,10 @@ cudaError_t launch_step_backward(
     return cudaSuccess;
   }
   auto* dc = static_cast<acc_t<T>*>(workspace);
-  const int64_t sms = multiprocessors();
+  int64_t sms = 0;
+  if (const cudaError_t status = multiprocessors(&sms); status != cudaSuccess) {
+    return status;
+  }
   if (fills<Backward3>(a.batch, a.state, sms)) {
     return backward_with<T, Backward3>(a, dc, stream);
   }
@@ -480,10 +498,7 @@ cudaError_t launch_step_backward(
   template cudaError_t launch_step_backward<T>(                                \
       const StepBackwardArgs<T>&, void*, cudaStream_t);
 
-LLTM_INSTANTIATE(float)
-LLTM_INSTANTIATE(double)
-LLTM_INSTANTIATE(__half)
-LLTM_INSTANTIATE(__nv_bfloat16)
+LLTM_FOR_EACH_TYPE(LLTM_INSTANTIATE)
 
 #undef LLTM_INSTANTIATE
 
