@@ -5,6 +5,10 @@
 // A backend is a struct with
 //   Guard                     constructed from the inputs' device: a device
 //                             guard, or NoGuard
+//   run(Op{}, sizes, inputs[, save_X])
+//                             the body of the forward op Op (ops::Cell,
+//                             ops::CellForward, ops::Forward), after the
+//                             checks
 //   pointwise_backward(t)     the fused pointwise backward over
 //                             BackwardTensors; returns d_bias ([3 * state])
 //                             when t.want_bias, else an undefined tensor
@@ -13,6 +17,7 @@
 #pragma once
 
 #include "lltm.h"
+#include "ops.h"
 
 #include <ATen/ops/empty.h>
 #include <c10/core/Device.h>
@@ -25,6 +30,39 @@ namespace lltm::backend {
 // For backends that need no device guard.
 struct NoGuard {
   explicit NoGuard(c10::Device /*device*/) {}
+};
+
+// The inputs of the forward ops.
+struct CellInputs {
+  const at::Tensor& input;
+  const at::Tensor& weights;
+  const at::Tensor& bias;
+  const at::Tensor& old_h;
+  const at::Tensor& old_cell;
+};
+
+// The kernel of a forward op: the checks (in the op's name), the device
+// guard, then the backend's body. ops::Cell::kernel<ForwardKernel<B>> is
+// lltm::cell's kernel on backend B, and so on.
+template <typename Backend>
+struct ForwardKernel {
+  template <typename Op, typename... More>
+  static typename Op::Result call(
+      const at::Tensor& input,
+      const at::Tensor& weights,
+      const at::Tensor& bias,
+      const at::Tensor& old_h,
+      const at::Tensor& old_cell,
+      More... more) {
+    const Sizes sizes =
+        check_forward_args(input, weights, bias, old_h, old_cell, Op::name);
+    const typename Backend::Guard guard(input.device());
+    return Backend::run(
+        Op{},
+        sizes,
+        CellInputs{input, weights, bias, old_h, old_cell},
+        more...);
+  }
 };
 
 // The pointwise forward over z (pre-activations without the bias), writing

@@ -34,6 +34,28 @@
 namespace lltm {
 namespace {
 
+// The CPU backend of the cell ops (cell_backend.h).
+struct Cpu {
+  using Guard = backend::NoGuard;
+  static CellResult run(ops::Cell, const Sizes&, const backend::CellInputs&);
+  static CellForwardResult run(
+      ops::CellForward,
+      const Sizes&,
+      const backend::CellInputs&,
+      bool save_X);
+  static ForwardResult run(
+      ops::Forward,
+      const Sizes&,
+      const backend::CellInputs&);
+  static at::Tensor pointwise_backward(const backend::BackwardTensors& t);
+  static void gemms_backward(
+      const at::Tensor& d_gates,
+      const std::optional<at::Tensor>& X,
+      const at::Tensor& weights,
+      OutputMask mask,
+      CellBackwardResult& result);
+};
+
 using cpu::best_kernels;
 using cpu::rows_per_task;
 
@@ -127,7 +149,7 @@ void pointwise_forward(const backend::ForwardTensors& t) {
 // The GEMMs of the backward. When both input gradients are wanted: one
 // GEMM, dZ W = [d_old_h | d_input], then two copies, which cost less than a
 // second BLAS call on the CPU (on the GPU the copies would be launches).
-void gemms_backward(
+void Cpu::gemms_backward(
     const at::Tensor& d_gates,
     const std::optional<at::Tensor>& X,
     const at::Tensor& weights,
@@ -145,14 +167,11 @@ void gemms_backward(
   backward_gemms(d_gates, X, weights, mask, result);
 }
 
-CellResult cell_cpu(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& old_h,
-    const at::Tensor& old_cell) {
-  const Sizes sizes =
-      check_forward_args(input, weights, bias, old_h, old_cell, "lltm::cell");
+CellResult Cpu::run(
+    ops::Cell /*op*/,
+    const Sizes& sizes,
+    const backend::CellInputs& inputs) {
+  const auto& [input, weights, bias, old_h, old_cell] = inputs;
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   const auto options = old_cell.options();
@@ -167,15 +186,12 @@ CellResult cell_cpu(
   return {new_h, new_cell};
 }
 
-CellForwardResult cell_forward_cpu(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& old_h,
-    const at::Tensor& old_cell,
+CellForwardResult Cpu::run(
+    ops::CellForward /*op*/,
+    const Sizes& sizes,
+    const backend::CellInputs& inputs,
     bool save_X) {
-  const Sizes sizes = check_forward_args(
-      input, weights, bias, old_h, old_cell, "lltm::cell_forward");
+  const auto& [input, weights, bias, old_h, old_cell] = inputs;
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   const auto options = old_cell.options();
@@ -193,7 +209,7 @@ CellForwardResult cell_forward_cpu(
 }
 
 // The pointwise backward (cell_backend.h).
-at::Tensor pointwise_backward(const backend::BackwardTensors& t) {
+at::Tensor Cpu::pointwise_backward(const backend::BackwardTensors& t) {
   const int64_t B = t.new_cell.size(0);
   const int64_t S = t.new_cell.size(1);
   const at::Tensor new_cell_c = t.new_cell.contiguous();
@@ -226,13 +242,11 @@ at::Tensor pointwise_backward(const backend::BackwardTensors& t) {
   return d_bias;
 }
 
-ForwardResult forward_cpu(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& old_h,
-    const at::Tensor& old_cell) {
-  const Sizes sizes = check_forward_args(input, weights, bias, old_h, old_cell);
+ForwardResult Cpu::run(
+    ops::Forward /*op*/,
+    const Sizes& sizes,
+    const backend::CellInputs& inputs) {
+  const auto& [input, weights, bias, old_h, old_cell] = inputs;
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   const auto options = old_cell.options();
@@ -244,20 +258,15 @@ ForwardResult forward_cpu(
   return std::move(outputs).result(X, gate_weights);
 }
 
-// The backward ops' steps on the CPU (cell_backend.h).
-struct Cpu {
-  using Guard = backend::NoGuard;
-  static constexpr auto pointwise_backward = &lltm::pointwise_backward;
-  static constexpr auto gemms_backward = &lltm::gemms_backward;
-};
-
 } // namespace
 } // namespace lltm
 
 TORCH_LIBRARY_IMPL(lltm, CPU, m) {
-  m.impl("forward", &lltm::forward_cpu);
-  m.impl("backward", &lltm::backend::backward<lltm::Cpu>);
-  m.impl("cell", &lltm::cell_cpu);
-  m.impl("cell_forward", &lltm::cell_forward_cpu);
-  m.impl("cell_backward", &lltm::backend::cell_backward<lltm::Cpu>);
+  using lltm::Cpu;
+  using Forward = lltm::backend::ForwardKernel<Cpu>;
+  m.impl("forward", &lltm::ops::Forward::kernel<Forward>);
+  m.impl("backward", &lltm::backend::backward<Cpu>);
+  m.impl("cell", &lltm::ops::Cell::kernel<Forward>);
+  m.impl("cell_forward", &lltm::ops::CellForward::kernel<Forward>);
+  m.impl("cell_backward", &lltm::backend::cell_backward<Cpu>);
 }

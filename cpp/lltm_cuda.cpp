@@ -43,6 +43,28 @@
 namespace lltm {
 namespace {
 
+// The CUDA backend of the cell ops (cell_backend.h).
+struct Cuda {
+  using Guard = c10::cuda::CUDAGuard;
+  static CellResult run(ops::Cell, const Sizes&, const backend::CellInputs&);
+  static CellForwardResult run(
+      ops::CellForward,
+      const Sizes&,
+      const backend::CellInputs&,
+      bool save_X);
+  static ForwardResult run(
+      ops::Forward,
+      const Sizes&,
+      const backend::CellInputs&);
+  static at::Tensor pointwise_backward(const backend::BackwardTensors& t);
+  static void gemms_backward(
+      const at::Tensor& d_gates,
+      const std::optional<at::Tensor>& X,
+      const at::Tensor& weights,
+      const OutputMask& mask,
+      CellBackwardResult& result);
+};
+
 using cuda::in;
 using cuda::kernel_t;
 using cuda::out;
@@ -120,7 +142,7 @@ void small_forward(
 }
 
 // The GEMMs of the backward: one small kernel, or cuBLAS.
-void gemms_backward(
+void Cuda::gemms_backward(
     const at::Tensor& d_gates,
     const std::optional<at::Tensor>& X,
     const at::Tensor& weights,
@@ -169,7 +191,7 @@ void gemms_backward(
 }
 
 // The pointwise backward (cell_backend.h).
-at::Tensor pointwise_backward(const backend::BackwardTensors& t) {
+at::Tensor Cuda::pointwise_backward(const backend::BackwardTensors& t) {
   const at::Tensor new_cell_c = t.new_cell.contiguous();
   at::Tensor d_bias;
   if (t.want_bias) {
@@ -217,17 +239,13 @@ at::Tensor pointwise_backward(const backend::BackwardTensors& t) {
   return d_bias;
 }
 
-CellResult cell_cuda(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& old_h,
-    const at::Tensor& old_cell) {
-  const Sizes sizes =
-      check_forward_args(input, weights, bias, old_h, old_cell, "lltm::cell");
+CellResult Cuda::run(
+    ops::Cell /*op*/,
+    const Sizes& sizes,
+    const backend::CellInputs& inputs) {
+  const auto& [input, weights, bias, old_h, old_cell] = inputs;
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
-  const c10::cuda::CUDAGuard device_guard(input.device());
   const auto options = old_cell.options();
   at::Tensor new_h = at::empty({B, S}, options);
   at::Tensor new_cell = at::empty({B, S}, options);
@@ -243,18 +261,14 @@ CellResult cell_cuda(
   return {new_h, new_cell};
 }
 
-CellForwardResult cell_forward_cuda(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& old_h,
-    const at::Tensor& old_cell,
+CellForwardResult Cuda::run(
+    ops::CellForward /*op*/,
+    const Sizes& sizes,
+    const backend::CellInputs& inputs,
     bool save_X) {
-  const Sizes sizes = check_forward_args(
-      input, weights, bias, old_h, old_cell, "lltm::cell_forward");
+  const auto& [input, weights, bias, old_h, old_cell] = inputs;
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
-  const c10::cuda::CUDAGuard device_guard(input.device());
   const auto options = old_cell.options();
   // Z, then the activations over it: gates = [i | o | g].
   at::Tensor gates = at::empty({B, 3 * S}, options);
@@ -277,16 +291,13 @@ CellForwardResult cell_forward_cuda(
   return {new_h, new_cell, gates, X};
 }
 
-ForwardResult forward_cuda(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& old_h,
-    const at::Tensor& old_cell) {
-  const Sizes sizes = check_forward_args(input, weights, bias, old_h, old_cell);
+ForwardResult Cuda::run(
+    ops::Forward /*op*/,
+    const Sizes& sizes,
+    const backend::CellInputs& inputs) {
+  const auto& [input, weights, bias, old_h, old_cell] = inputs;
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
-  const c10::cuda::CUDAGuard device_guard(input.device());
   const auto options = old_cell.options();
   const bool small = cuda::use_small_path(B, sizes.input_features, S);
   at::Tensor X = small ? at::empty({B, S + sizes.input_features}, options)
@@ -305,20 +316,15 @@ ForwardResult forward_cuda(
   return std::move(outputs).result(X, gate_weights);
 }
 
-// The backward ops' steps on CUDA (cell_backend.h).
-struct Cuda {
-  using Guard = c10::cuda::CUDAGuard;
-  static constexpr auto pointwise_backward = &lltm::pointwise_backward;
-  static constexpr auto gemms_backward = &lltm::gemms_backward;
-};
-
 } // namespace
 } // namespace lltm
 
 TORCH_LIBRARY_IMPL(lltm, CUDA, m) {
-  m.impl("forward", &lltm::forward_cuda);
-  m.impl("backward", &lltm::backend::backward<lltm::Cuda>);
-  m.impl("cell", &lltm::cell_cuda);
-  m.impl("cell_forward", &lltm::cell_forward_cuda);
-  m.impl("cell_backward", &lltm::backend::cell_backward<lltm::Cuda>);
+  using lltm::Cuda;
+  using Forward = lltm::backend::ForwardKernel<Cuda>;
+  m.impl("forward", &lltm::ops::Forward::kernel<Forward>);
+  m.impl("backward", &lltm::backend::backward<Cuda>);
+  m.impl("cell", &lltm::ops::Cell::kernel<Forward>);
+  m.impl("cell_forward", &lltm::ops::CellForward::kernel<Forward>);
+  m.impl("cell_backward", &lltm::backend::cell_backward<Cuda>);
 }

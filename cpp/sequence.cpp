@@ -33,11 +33,9 @@ constexpr const char* kWeights =
 
 Sizes check_forward_args(
     const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& h0,
-    const at::Tensor& c0,
+    const ForwardInputs& inputs,
     const char* op) {
+  const auto& [weights, bias, h0, c0] = inputs;
   const Arg input_arg{input, "input"};
   const Arg weights_arg{weights, "weights"};
   const Arg bias_arg{bias, "bias"};
@@ -62,15 +60,11 @@ Sizes check_forward_args(
 }
 
 Sizes check_backward_args(
-    const std::optional<at::Tensor>& grad_output,
-    const std::optional<at::Tensor>& grad_h_n,
-    const std::optional<at::Tensor>& grad_c_n,
     const at::Tensor& input,
-    const at::Tensor& weights,
     const at::Tensor& h0,
     const at::Tensor& output,
-    const at::Tensor& cells,
-    const at::Tensor& gates) {
+    const BackwardInputs& inputs) {
+  const auto& [grad_output, grad_h_n, grad_c_n, weights, cells, gates] = inputs;
   constexpr const char* op = "lltm::sequence_backward";
   const Arg input_arg{input, "input"};
   const Arg weights_arg{weights, "weights"};

@@ -81,28 +81,6 @@ using BackwardSignature = BackwardResult(
     const at::Tensor& gates,
     OutputMask output_mask);
 
-// Validates the arguments of lltm::sequence and lltm::sequence_forward
-// (`op` names the op in the message) and returns the problem sizes.
-Sizes check_forward_args(
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& bias,
-    const at::Tensor& h0,
-    const at::Tensor& c0,
-    const char* op);
-
-// Validates the arguments of lltm::sequence_backward.
-Sizes check_backward_args(
-    const std::optional<at::Tensor>& grad_output,
-    const std::optional<at::Tensor>& grad_h_n,
-    const std::optional<at::Tensor>& grad_c_n,
-    const at::Tensor& input,
-    const at::Tensor& weights,
-    const at::Tensor& h0,
-    const at::Tensor& output,
-    const at::Tensor& cells,
-    const at::Tensor& gates);
-
 // The forward's buffers, allocated, with the input projection input W_x^T
 // (no bias) already in gates: output [T, B, S], h_n and c_n [B, S], cells
 // [T, B, S] (undefined unless saved), gates [T, B, 3S].
@@ -131,6 +109,19 @@ struct BackwardInputs {
   const at::Tensor& cells;
   const at::Tensor& gates;
 };
+
+// Validate the arguments of lltm::sequence and lltm::sequence_forward (`op`
+// names the op in the message), and of lltm::sequence_backward, and return
+// the problem sizes.
+Sizes check_forward_args(
+    const at::Tensor& input,
+    const ForwardInputs& inputs,
+    const char* op);
+Sizes check_backward_args(
+    const at::Tensor& input,
+    const at::Tensor& h0,
+    const at::Tensor& output,
+    const BackwardInputs& inputs);
 
 // What a backward loop returns besides d_gates: d_c0 = dc_{-1}, and d_h0
 // when the loop computes it itself (else finish_backward does).
@@ -187,12 +178,12 @@ std::conditional_t<kSave, ForwardResult, Result> sequence_forward_kernel(
     const at::Tensor& c0) {
   constexpr const char* op =
       kSave ? "lltm::sequence_forward" : "lltm::sequence";
-  const Sizes sizes = check_forward_args(input, weights, bias, h0, c0, op);
+  const ForwardInputs inputs{weights, bias, h0, c0};
+  const Sizes sizes = check_forward_args(input, inputs, op);
   const typename Backend::Guard guard(input.device());
   const StepLoops& loops =
       Backend::loops(sizes, input.scalar_type(), /*backward=*/false, op);
-  ForwardBuffers b =
-      run_forward(sizes, input, {weights, bias, h0, c0}, loops, kSave);
+  ForwardBuffers b = run_forward(sizes, input, inputs, loops, kSave);
   if constexpr (kSave) {
     return {b.output, b.h_n, b.c_n, b.cells, b.gates};
   } else {
@@ -214,15 +205,10 @@ BackwardResult sequence_backward_kernel(
     OutputMask mask) {
   constexpr const char* op = "lltm::sequence_backward";
   const Sizes sizes = check_backward_args(
-      grad_output,
-      grad_h_n,
-      grad_c_n,
       input,
-      weights,
       h0,
       output,
-      cells,
-      gates);
+      {grad_output, grad_h_n, grad_c_n, weights, cells, gates});
   const typename Backend::Guard guard(input.device());
   const StepLoops& loops =
       Backend::loops(sizes, input.scalar_type(), /*backward=*/true, op);

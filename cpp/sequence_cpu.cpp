@@ -206,16 +206,17 @@ StateGrads cpu_backward(
   return state;
 }
 
+// One set of loops for every call.
 struct Cpu {
   using Guard = backend::NoGuard;
-  static const StepLoops& loops(
-      const Sizes& /*sizes*/,
-      at::ScalarType /*dtype*/,
-      bool /*backward*/,
-      const char* /*op*/) {
+  template <typename... Call>
+  static const StepLoops& loops(const Call&... /*call*/) {
     static constexpr StepLoops kLoops{&cpu_forward, &cpu_backward};
     return kLoops;
   }
+};
+return kLoops;
+}
 };
 
 } // namespace
