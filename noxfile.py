@@ -64,6 +64,7 @@ SHELL_SCRIPTS = [
     "scripts/gpu-sequence-check.sh",
     "scripts/gpu-all.sh",
     "scripts/gpu-hardening.sh",
+    "scripts/gpu-lib.sh",
 ]
 CPP_SOURCES = sorted(str(p) for d in ("cpp", "cuda") for p in (ROOT / d).glob("*.[ch]*"))
 

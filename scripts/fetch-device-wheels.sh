@@ -3,8 +3,8 @@
 # scripts/gpu-wheel-check.sh needs and the GPU machine's image lacks (it has
 # torch 2.11.0+cu130 with jinja2 and markupsafe, Python 3.12, nvcc 13.0,
 # cmake, ninja, pytest, and no network). Run it here, then hand .whl to the
-# device run (carry: [".whl"]); the check installs them with
-#   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+# device run (carry: [".whl"]); the check installs them into /tmp/site
+# (device_wheels in scripts/gpu-lib.sh: pip install --no-index --target).
 # Each package, and what it requires (Requires-Dist):
 #   scikit-build-core   the build backend (>= 1.1): packaging>=23.2, pathspec>=0.12
 #   packaging, pathspec (none)

@@ -22,15 +22,13 @@
 # prints each check's summary.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-out=${1:-${OUT:-/tmp/lltm-gpu-all}}
-shift || true
-steps=${*:-wheel build tests sanitize probe bench ddp}
-wants() { [[ " $steps " == *" $1 "* ]]; }
+# shellcheck source=scripts/gpu-lib.sh
+. scripts/gpu-lib.sh
+gpu_setup /tmp/lltm-gpu-all "wheel build tests sanitize probe bench ddp" "$@"
 work=/tmp/lltm-gpu-all
 rm -rf "$work"
 mkdir -p "$out" "$work"
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-py=${PYTHON:-python3}
+export NCCL_NVLS_ENABLE=0
 pack() { tar czf "$out/logs.tmp" -C /tmp lltm-gpu-all && mv "$out/logs.tmp" "$out/logs.tgz"; }
 (while sleep 30; do pack; done) &
 packer=$!

@@ -20,43 +20,14 @@
 # Build dependencies missing on the machine can travel as wheels in .whl/.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-out=${1:-${OUT:-/tmp/lltm-gpu-check}}
-shift || true
-steps=${*:-build tests memcheck initcheck jit profile bench}
-mkdir -p "$out"
-py=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1
-summary=()
-
-if compgen -G ".whl/*.whl" >/dev/null; then
-  "$py" -m pip install -q --no-index --no-deps --no-compile --target /tmp/lltm-site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/lltm-site${PYTHONPATH:+:$PYTHONPATH}
-fi
-
-# step NAME LOG COMMAND...: run, append to $out/LOG, record pass/fail and time.
-step() {
-  local name=$1 log=$2
-  shift 2
-  local start=$SECONDS
-  echo "=== $name"
-  echo "=== $name: $*" >>"$out/$log"
-  "$@" >>"$out/$log" 2>&1
-  local rc=$?
-  tail -n 4 "$out/$log"
-  summary+=("$(printf '%-24s %s (%ds, %s)' "$name" "$([ $rc = 0 ] && echo ok || echo "FAILED rc=$rc")" $((SECONDS - start)) "$log")")
-  return $rc
-}
-wants() { [[ " $steps " == *" $1 "* ]]; }
-
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())"
-  echo "TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-}"
-} | tee "$out/summary.txt"
+# shellcheck source=scripts/gpu-lib.sh
+. scripts/gpu-lib.sh
+gpu_setup /tmp/lltm-gpu-check "build tests memcheck initcheck jit profile bench" "$@"
+device_wheels /tmp/lltm-site
+gpu_header
 
 if wants build; then
-  LLTM_CUDA=1 step build build.log "$py" -m pip install --no-build-isolation --no-deps -v . &&
-    step "python -m lltm" build.log "$py" -m lltm
+  build_step
 fi
 if wants tests; then
   # shellcheck disable=SC2086 # LLTM_TEST_ARGS holds words, e.g. "-m cuda"
@@ -69,8 +40,7 @@ sanitize() {
   local tool=$1
   # shellcheck disable=SC2086 # LLTM_SANITIZER_TESTS holds words
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 step "$tool" "$tool.log" timeout "${LLTM_SANITIZER_TIMEOUT:-240}" \
-    compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
-    "$py" -m pytest -p no:cacheprovider -q -m cuda \
+    "${sanitizer[@]}" --tool "$tool" "$py" -m pytest -p no:cacheprovider -q -m cuda \
     -k "${LLTM_SANITIZER_K:-not compile and not graph and not 64bit and not launches}" \
     ${LLTM_SANITIZER_TESTS:-tests}
 }
@@ -112,10 +82,8 @@ json.dump({p.stem: json.loads(p.read_text()) for p in sorted(d.glob('*.json'))},
 open(sys.argv[2], 'w'), indent=1)" "$out/json" "$out/bench.json" && rm -r "$out/json"
 fi
 
-echo
-echo "=== summary"
-printf '%s\n' "${summary[@]}" | tee -a "$out/summary.txt"
+print_summary
 if wants bench; then
   grep -E '^(=== bench|cuda:|variant|-----|[a-z-]+ +[0-9.]+ +[0-9.]+ )' "$out/bench.log"
 fi
-! grep -q FAILED "$out/summary.txt"
+all_passed

@@ -17,42 +17,15 @@
 # Writes summary.txt and one log per step to OUT_DIR (default $OUT).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-out=${1:-${OUT:-/tmp/lltm-gpu-hardening}}
-shift || true
-steps=${*:-build properties leaks large sanitizer}
-mkdir -p "$out"
-py=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1
-summary=()
-
-if compgen -G ".whl/*.whl" >/dev/null; then
-  "$py" -m pip install -q --no-index --no-deps --no-compile --target /tmp/lltm-site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/lltm-site${PYTHONPATH:+:$PYTHONPATH}
-fi
-
-# step NAME LOG COMMAND...: run, append to $out/LOG, record pass/fail and time.
-step() {
-  local name=$1 log=$2
-  shift 2
-  local start=$SECONDS
-  echo "=== $name"
-  echo "=== $name: $*" >>"$out/$log"
-  "$@" >>"$out/$log" 2>&1
-  local rc=$?
-  tail -n 3 "$out/$log"
-  summary+=("$(printf '%-22s %s (%ds, %s)' "$name" "$([ $rc = 0 ] && echo ok || echo "FAILED rc=$rc")" $((SECONDS - start)) "$log")")
-  return $rc
-}
-wants() { [[ " $steps " == *" $1 "* ]]; }
-
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
-} | tee "$out/summary.txt"
+# shellcheck source=scripts/gpu-lib.sh
+. scripts/gpu-lib.sh
+gpu_setup /tmp/lltm-gpu-hardening "build properties leaks large sanitizer" "$@"
+step_width=22 step_tail=3
+device_wheels /tmp/lltm-site
+gpu_header
 
 if wants build; then
-  LLTM_CUDA=1 step build build.log "$py" -m pip install --no-build-isolation --no-deps . &&
-    step "python -m lltm" build.log "$py" -m lltm
+  build_step
 fi
 if wants properties; then
   LLTM_HYPOTHESIS_PROFILE=gpu step properties properties.log timeout 150 \
@@ -70,15 +43,12 @@ if wants sanitizer; then
   for tool in memcheck racecheck synccheck initcheck; do
     # shellcheck disable=SC2086 # LLTM_SANITIZER_TESTS holds words
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 step "$tool" "$tool.log" timeout "${LLTM_SANITIZER_TIMEOUT:-50}" \
-      compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
-      "$py" -m pytest -p no:cacheprovider -q -m cuda \
+      "${sanitizer[@]}" --tool "$tool" "$py" -m pytest -p no:cacheprovider -q -m cuda \
       -k "not compile and not graph and not 64bit and not 2_31 and not launches and not memory_stays_flat and not second_device and not gradcheck" \
       ${LLTM_SANITIZER_TESTS:-tests/test_ops.py tests/test_sequence.py tests/test_leaks_autocast.py}
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$out/$tool.log" | tail -n 3
   done
 fi
 
-echo
-echo "=== summary"
-printf '%s\n' "${summary[@]}" | tee -a "$out/summary.txt"
-! grep -q FAILED "$out/summary.txt"
+print_summary
+all_passed

@@ -31,48 +31,20 @@
 # without, plus 2 for bench and 4 to 5 for sweep.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-out=${1:-${OUT:-/tmp/lltm-gpu-sequence-check}}
-shift || true
-steps=${*:-build tests sanitize bench sweep ddp}
-mkdir -p "$out"
-py=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1
+# shellcheck source=scripts/gpu-lib.sh
+. scripts/gpu-lib.sh
+gpu_setup /tmp/lltm-gpu-sequence-check "build tests sanitize bench sweep ddp" "$@"
+step_width=28
 # NVLink multicast (NVLS) stays off on the lent machines.
 export NCCL_NVLS_ENABLE=0
 # The H200's architecture only, unless told otherwise: a build for the
 # default list of seven takes minutes longer.
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
-summary=()
-
-if compgen -G ".whl/*.whl" >/dev/null; then
-  "$py" -m pip install -q --no-index --no-deps --no-compile --target /tmp/lltm-site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/lltm-site${PYTHONPATH:+:$PYTHONPATH}
-fi
-
-# step NAME LOG COMMAND...: run, append to $out/LOG, record pass/fail and time.
-step() {
-  local name=$1 log=$2
-  shift 2
-  local start=$SECONDS
-  echo "=== $name"
-  echo "=== $name: $*" >>"$out/$log"
-  "$@" >>"$out/$log" 2>&1
-  local rc=$?
-  tail -n 4 "$out/$log"
-  summary+=("$(printf '%-28s %s (%ds, %s)' "$name" "$([ $rc = 0 ] && echo ok || echo "FAILED rc=$rc")" $((SECONDS - start)) "$log")")
-  return $rc
-}
-wants() { [[ " $steps " == *" $1 "* ]]; }
-
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())"
-  echo "TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
-} | tee "$out/summary.txt"
+device_wheels /tmp/lltm-site
+gpu_header
 
 if wants build; then
-  LLTM_CUDA=1 step build build.log "$py" -m pip install --no-build-isolation --no-deps -v . &&
-    step "python -m lltm" build.log "$py" -m lltm
+  build_step
 fi
 if wants tests; then
   step tests tests.log timeout 300 "$py" -m pytest tests/test_sequence.py tests/test_examples.py \
@@ -83,12 +55,12 @@ if wants sanitize; then
   # the caching allocator; opcheck repeats what the other tests run.
   cuda_tests=(tests/test_sequence.py -p no:cacheprovider -q -m cuda -k "${LLTM_MEMCHECK_K:-not compile and not graph and not opcheck}")
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 step memcheck sanitize.log timeout 240 \
-    compute-sanitizer --tool memcheck --error-exitcode 1 --print-limit 20 "$py" -m pytest "${cuda_tests[@]}"
+    "${sanitizer[@]}" --tool memcheck "$py" -m pytest "${cuda_tests[@]}"
   # Every path's kernels (paths_agree runs all three) and the fused kernel's
   # tiles at the edges of their sizes.
   for tool in racecheck synccheck initcheck; do
     step "$tool" sanitize.log timeout 150 \
-      compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 "$py" -m pytest \
+      "${sanitizer[@]}" --tool "$tool" "$py" -m pytest \
       tests/test_sequence.py -p no:cacheprovider -q -m cuda \
       -k "${LLTM_SANITIZER_K:-(paths_agree and float32 and not B300) or (fused_tiles and (B1- or B17 or B300))}"
   done
@@ -151,9 +123,7 @@ assert two["world_size"] == 2 and epochs <= 1e-2 and min(accuracy) >= 0.95
 EOF
 fi
 
-echo
-echo "=== summary"
-printf '%s\n' "${summary[@]}" | tee -a "$out/summary.txt"
+print_summary
 if wants bench; then
   grep -E '^(T,B,F,S|---|[0-9]+,|no GPU time)' "$out/bench.log" | tee -a "$out/summary.txt"
 fi
@@ -165,4 +135,4 @@ fi
 if wants ddp; then
   grep -E '^( *[0-9]+ |world|largest|test accuracy)' "$out/ddp.log" | tee -a "$out/summary.txt"
 fi
-! grep -q FAILED "$out/summary.txt"
+all_passed

