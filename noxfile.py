@@ -9,7 +9,7 @@
 
 The prebuilt wheels (scripts/wheels.py does the work, the same in CI and here):
 
-    python3 -m nox -s wheel_matrix   # cibuildwheel selects the intended matrix; README table
+    python3 -m nox -s wheel_matrix   # cibuildwheel selects the intended matrix; the variants table
     python3 -m nox -s ci_plan        # both CI plans (pull request, full), job by job, and counts
     python3 -m nox -s wheels_local   # the local proof: cpu and cu130 wheels, gates, index, install;
                                      # the PyPI layout; an index of two releases
@@ -290,7 +290,7 @@ def _wheels(session: nox.Session, *args: str | Path, **kwargs: object) -> None:
 
 @nox.session
 def wheel_matrix(session: nox.Session) -> None:
-    """cibuildwheel selects exactly the intended matrix; the README holds its table."""
+    """cibuildwheel selects exactly the intended matrix; docs/building.md holds its table."""
     session.install(CIBUILDWHEEL)
     _wheels(session, "check-identifiers")
     _wheels(session, "variants-table", "--check")

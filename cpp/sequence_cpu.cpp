@@ -215,9 +215,6 @@ struct Cpu {
     return kLoops;
   }
 };
-return kLoops;
-}
-};
 
 } // namespace
 } // namespace lltm::sequence

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The hardening checks of issue 14 on one GPU, in one call of about six
+# The hardening checks of issue 14 on one GPU, in one call of about ten
 # minutes:
 #   build      lltm with its CUDA kernels (pip install --no-build-isolation)
 #   properties hypothesis with LLTM_HYPOTHESIS_PROFILE=gpu (3,000 cell and
@@ -9,7 +9,7 @@
 #   large      LLTM_TEST_LARGE=1: batch * 3 * state > 2**31 for the cell and
 #              the per-step sequence path (tests/test_large.py, ~40 GB)
 #   sanitizer  compute-sanitizer memcheck, racecheck, synccheck and
-#              initcheck over the CUDA cell and sequence tests, with
+#              initcheck side by side over the CUDA tests, in shards, with
 #              PYTORCH_NO_CUDA_MEMORY_CACHING=1
 # Usage: scripts/gpu-hardening.sh [OUT_DIR [STEP...]]   (default: every step)
 # hypothesis and sortedcontainers travel as wheels in .whl/ (no network):
@@ -38,16 +38,45 @@ if wants large; then
   LLTM_TEST_LARGE=1 step large large.log timeout 120 "$py" -m pytest -p no:cacheprovider -q -rs -s tests/test_large.py tests/test_cuda.py -k "2_31 or 64bit"
 fi
 if wants sanitizer; then
-  # The caching allocator hides out-of-bounds accesses inside its slabs; CUDA
-  # graph capture needs it, and torch.compile is too slow under the tool.
+  # The caching allocator hides out-of-bounds accesses inside its slabs, so
+  # it is off; CUDA graph capture needs it, and torch.compile is too slow
+  # under the tool, so those tests are left out. initcheck leaves out the
+  # 16-bit cases: it does not see the bulk-copy stores of cuBLAS's Hopper
+  # GEMMs, so that it reports every read of a float16 or bfloat16 GEMM's
+  # output as uninitialized, ATen's own copy kernel's too (a probe with
+  # nothing of lltm's in it shows this). The four tools run side by side,
+  # each over LLTM_SANITIZER_SHARDS shards of the tests (racecheck, the
+  # slowest, over twice as many), a step per shard.
+  keep="not compile and not graph and not 64bit and not 2_31 and not launches and not memory_stays_flat and not second_device and not gradcheck"
+  rm -f "$out"/*-shard-*
+  # shellcheck disable=SC2086 # LLTM_SANITIZER_TESTS holds words
+  "$py" -m pytest -p no:cacheprovider -q --collect-only -m cuda -k "$keep" \
+    ${LLTM_SANITIZER_TESTS:-tests/test_ops.py tests/test_sequence.py tests/test_leaks_autocast.py tests/test_cell.py tests/test_tutorial_api.py tests/test_cuda.py} |
+    grep '::' >"$out/sanitizer-tests.txt"
   for tool in memcheck racecheck synccheck initcheck; do
-    # shellcheck disable=SC2086 # LLTM_SANITIZER_TESTS holds words
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 step "$tool" "$tool.log" timeout "${LLTM_SANITIZER_TIMEOUT:-50}" \
-      "${sanitizer[@]}" --tool "$tool" "$py" -m pytest -p no:cacheprovider -q -m cuda \
-      -k "not compile and not graph and not 64bit and not 2_31 and not launches and not memory_stays_flat and not second_device and not gradcheck" \
-      ${LLTM_SANITIZER_TESTS:-tests/test_ops.py tests/test_sequence.py tests/test_leaks_autocast.py}
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$out/$tool.log" | tail -n 3
+    if [[ $tool == initcheck ]]; then
+      grep -v float16 "$out/sanitizer-tests.txt" >"$out/$tool-tests.txt"
+    else
+      cp "$out/sanitizer-tests.txt" "$out/$tool-tests.txt"
+    fi
+    shards=${LLTM_SANITIZER_SHARDS:-4}
+    [[ $tool == racecheck ]] && shards=$((2 * shards))
+    split -n "r/$shards" -d "$out/$tool-tests.txt" "$out/$tool-shard-"
+    for shard in "$out/$tool"-shard-??; do
+      (
+        mapfile -t tests <"$shard"
+        PYTORCH_NO_CUDA_MEMORY_CACHING=1 step "$tool ${shard##*-}" "$(basename "$shard").log" \
+          timeout "${LLTM_SANITIZER_TIMEOUT:-420}" "${sanitizer[@]}" --tool "$tool" \
+          "$py" -m pytest -p no:cacheprovider -q "${tests[@]}" >/dev/null
+        echo "${summary[-1]}" >"$shard.result"
+      ) &
+    done
   done
+  wait
+  for result in "$out"/*-shard-??.result; do
+    summary+=("$(cat "$result")")
+  done
+  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$out"/*-shard-??.log
 fi
 
 print_summary

@@ -7,7 +7,7 @@ The same commands run in the GitHub workflows (through cibuildwheel and nox), in
                                          $LLTM_WHEEL_PLAN, else full)
     wheels.py plan                       both plans, each job and the job counts
     wheels.py check-identifiers          cibuildwheel selects exactly the intended builds
-    wheels.py variants-table             the README's table of variants
+    wheels.py variants-table             the table of variants (docs/building.md)
     wheels.py install-torch [--build-deps]   torch for $LLTM_WHEEL_TORCH and $LLTM_WHEEL_VARIANT
     wheels.py build --out DIR [--python PY]  a wheel against PY's torch, without isolation
     wheels.py repair WHEEL --dest-dir DIR    auditwheel / delocate / delvewheel, torch and CUDA left out
@@ -477,7 +477,7 @@ PLATFORM_NAMES = {
 
 
 def variants_table(matrix: Matrix) -> str:
-    """The README's table of variants and one install line per variant."""
+    """The table of variants and one install line per variant (docs/building.md)."""
     by_variant: dict[str, list[str]] = {}
     for platform in matrix.platforms:
         for variant in platform.variants:
@@ -510,19 +510,23 @@ def variants_table(matrix: Matrix) -> str:
     return "\n".join(rows) + "\n\n```bash\n" + "\n".join(lines) + "\n```\n"
 
 
+# Where the install lines of the variants are documented.
+VARIANTS_DOC = "docs/building.md"
+
+
 def cmd_variants_table(args: argparse.Namespace) -> None:
-    """Print the README's table of variants, or check that the README holds it."""
+    """Print the table of variants, or check that docs/building.md holds it."""
     table = variants_table(load_matrix())
     if not args.check:
         print(table, end="")
         return
-    if table not in (ROOT / "README.md").read_text():
+    if table not in (ROOT / VARIANTS_DOC).read_text():
         msg = (
-            "README.md does not hold the current table of variants; replace it with the "
-            f"output of `python scripts/wheels.py variants-table`:\n{table}"
+            f"{VARIANTS_DOC} does not hold the current table of variants; replace it with "
+            f"the output of `python scripts/wheels.py variants-table`:\n{table}"
         )
         raise WheelError(msg)
-    log("README.md holds the current table of variants")
+    log(f"{VARIANTS_DOC} holds the current table of variants")
 
 
 # --- torch for a variant ---------------------------------------------------------------
@@ -1295,7 +1299,7 @@ def check_index_url(configured: str, published: str) -> None:
     if _host_lower(configured) != _host_lower(published):
         msg = (
             f"[tool.lltm.wheels] index-url is {configured!r}, but this index is published "
-            f"at {published!r}: set index-url to it (the README's install lines use it)"
+            f"at {published!r}: set index-url to it (the install lines of docs/building.md use it)"
         )
         raise WheelError(msg)
 
@@ -1620,8 +1624,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cibuildwheel", nargs="+", default=["cibuildwheel"], help="its command")
     p.set_defaults(func=cmd_check_identifiers)
 
-    p = sub.add_parser("variants-table", help="the README's table of variants")
-    p.add_argument("--check", action="store_true", help="check that README.md holds it")
+    p = sub.add_parser("variants-table", help="the table of variants (docs/building.md)")
+    p.add_argument("--check", action="store_true", help="check that docs/building.md holds it")
     p.set_defaults(func=cmd_variants_table)
 
     p = sub.add_parser("install-torch", help="torch for $LLTM_WHEEL_TORCH/$LLTM_WHEEL_VARIANT")
