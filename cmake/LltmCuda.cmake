@@ -114,8 +114,9 @@ function(lltm_add_cuda_kernels target)
     endif()
   endforeach()
 
-  add_library(lltm_cuda_kernels STATIC cuda/lltm_kernel.cu cuda/lltm_small.cu
-                                       cuda/lltm_sequence.cu cuda/lltm_step.cu)
+  add_library(
+    lltm_cuda_kernels STATIC cuda/lltm_kernel.cu cuda/lltm_small.cu cuda/lltm_sequence.cu
+                             cuda/lltm_step.cu cuda/lltm_step_mma.cu)
   set_target_properties(
     lltm_cuda_kernels
     PROPERTIES CUDA_ARCHITECTURES "${_archs}"

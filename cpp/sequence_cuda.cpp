@@ -438,14 +438,22 @@ Path requested_path() {
 // What auto runs: the persistent kernel up to a batch of 16, or 4096
 // elements of batch * state_size (where it fits); the fused steps up to
 // fused_max_macs multiply-adds per recurrent product (batch * 3 state_size *
-// state_size); and cuBLAS's GEMMs beyond, where its tensor cores and large
-// tiles win and the launches are a small part of a step. The fused kernel
-// computes on CUDA cores: in 16-bit types cuBLAS's tensor cores overtake it
-// sooner. docs/performance.md has the measurements.
-bool persistent_size(int64_t batch, int64_t state) {
+// state_size); and cuBLAS's GEMMs beyond, where its large tiles win and the
+// launches are a small part of a step. Where the fused steps run on tensor
+// cores (lltm_step_mma.cu: float16 from sm_70, bfloat16 from sm_80) they win
+// from 2048 elements on, at batch 16 too, and up to 2^29 multiply-adds; on
+// CUDA cores cuBLAS's tensor cores overtake them from 2^24 in 16-bit types.
+// docs/performance.md has the measurements.
+bool persistent_size(int64_t batch, int64_t state, bool tensor_cores) {
+  if (tensor_cores) {
+    return batch * state <= 2048;
+  }
   return batch <= 16 || batch * state <= 4096;
 }
-int64_t fused_max_macs(at::ScalarType dtype) {
+int64_t fused_max_macs(at::ScalarType dtype, bool tensor_cores) {
+  if (tensor_cores) {
+    return int64_t(1) << 29;
+  }
   return c10::elementSize(dtype) == 2 ? int64_t(1) << 24 : int64_t(1) << 26;
 }
 
@@ -464,17 +472,20 @@ Path choose_path(
   if (path == Path::kSteps || path == Path::kFused) {
     return path;
   }
-  const Path beyond =
-      B * 3 * S * S <= fused_max_macs(dtype) ? Path::kFused : Path::kSteps;
-  if (path == Path::kAuto && !persistent_size(B, S)) {
-    return beyond;
-  }
   bool fits = false;
+  bool tensor_cores = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, dtype, "lltm_sequence_fits", [&] {
-        fits =
-            cuda::sequence_persistent_fits<kernel_t<scalar_t>>(B, S, backward);
+        using K = kernel_t<scalar_t>;
+        fits = cuda::sequence_persistent_fits<K>(B, S, backward);
+        tensor_cores = cuda::steps_on_tensor_cores<K>();
       });
+  const Path beyond = B * 3 * S * S <= fused_max_macs(dtype, tensor_cores)
+      ? Path::kFused
+      : Path::kSteps;
+  if (path == Path::kAuto && !persistent_size(B, S, tensor_cores)) {
+    return beyond;
+  }
   if (path == Path::kPersistent) {
     TORCH_CHECK(
         fits,

@@ -230,6 +230,7 @@ struct DeviceLimits {
   int multiprocessors;
   int shared_bytes; // per block, with the opt-in
   bool cooperative;
+  int capability; // 10 major + minor
 };
 
 // A slot of the per-device caches.
@@ -243,6 +244,7 @@ inline cudaError_t device_limits(DeviceLimits* out) {
   static std::array<std::atomic<int>, 64> sms{};
   static std::array<std::atomic<int>, 64> shared{};
   static std::array<std::atomic<int>, 64> coop{};
+  static std::array<std::atomic<int>, 64> capability{};
   int device = 0;
   cudaError_t status = cudaGetDevice(&device);
   if (status != cudaSuccess) {
@@ -250,10 +252,16 @@ inline cudaError_t device_limits(DeviceLimits* out) {
   }
   const size_t slot = device_slot(device);
   // The multiprocessor count is stored last (release): a reader that sees
-  // it nonzero sees the other two.
+  // it nonzero sees the others.
   if (sms[slot].load(std::memory_order_acquire) == 0) {
-    int n = 0, bytes = 0, can = 0;
+    int n = 0, bytes = 0, can = 0, major = 0, minor = 0;
     if ((status = cudaDeviceGetAttribute(
+             &major, cudaDevAttrComputeCapabilityMajor, device)) !=
+            cudaSuccess ||
+        (status = cudaDeviceGetAttribute(
+             &minor, cudaDevAttrComputeCapabilityMinor, device)) !=
+            cudaSuccess ||
+        (status = cudaDeviceGetAttribute(
              &bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) !=
             cudaSuccess ||
         (status = cudaDeviceGetAttribute(
@@ -264,12 +272,14 @@ inline cudaError_t device_limits(DeviceLimits* out) {
     }
     shared[slot].store(bytes, std::memory_order_relaxed);
     coop[slot].store(can, std::memory_order_relaxed);
+    capability[slot].store(10 * major + minor, std::memory_order_relaxed);
     sms[slot].store(n, std::memory_order_release);
   }
   out->device = device;
   out->multiprocessors = sms[slot].load(std::memory_order_acquire);
   out->shared_bytes = shared[slot].load(std::memory_order_relaxed);
   out->cooperative = coop[slot].load(std::memory_order_relaxed) != 0;
+  out->capability = capability[slot].load(std::memory_order_relaxed);
   return cudaSuccess;
 }
 

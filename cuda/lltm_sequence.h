@@ -151,6 +151,13 @@ cudaError_t launch_step_forward(
     const StepForwardArgs<T>& args,
     cudaStream_t stream);
 
+// Whether the steps of T run on the current device's tensor cores
+// (lltm_step_mma.cu: float16 from sm_70, bfloat16 from sm_80), which makes
+// them faster than the other paths at more sizes; false if the device
+// cannot be asked.
+template <typename T>
+bool steps_on_tensor_cores();
+
 // The bytes of the workspace of launch_step_backward: dc in the math type.
 // The same workspace serves every step of a backward.
 template <typename T>

@@ -23,10 +23,12 @@
 // columns tx + c BN / TN: a warp's epilogue touches adjacent columns, and
 // each (row, column) of the cell is computed by one thread, which reads c
 // (or dc) before writing it, so these may be updated in place. float16 and
-// bfloat16 compute in float.
-#include "lltm_sequence.h"
+// bfloat16 compute in float here; on GPUs with tensor cores for them they
+// take lltm_step_mma.cu's kernels instead.
+#include "lltm_step.h"
 
 #include "lltm_device.h"
+#include "lltm_sequence.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -136,34 +138,6 @@ __device__ __forceinline__ void stash_rows(
   }
 }
 
-// The loop over k in [0, K), by chunks of C: group grp takes chunks grp,
-// grp + KS, ..., and every group runs the same number of rounds, past the
-// end on zeros. A round stashes the chunk fetched before it, fetches the
-// next (in flight during this chunk's products), and runs multiply(kk) for
-// each kk of the chunk.
-template <typename P, int C, typename Fetch, typename Stash, typename Multiply>
-__device__ __forceinline__ void over_chunks(
-    int K,
-    int grp,
-    Fetch&& fetch,
-    Stash&& stash,
-    Multiply&& multiply) {
-  const int rounds = ((K + C - 1) / C + P::KS - 1) / P::KS;
-  fetch(grp * C);
-  for (int round = 0; round < rounds; ++round) {
-    stash();
-    __syncthreads();
-    if (round + 1 < rounds) {
-      fetch(((round + 1) * P::KS + grp) * C);
-    }
-#pragma unroll 16
-    for (int kk = 0; kk < C; ++kk) {
-      multiply(kk);
-    }
-    __syncthreads();
-  }
-}
-
 template <typename T, typename P>
 __global__ void __launch_bounds__(P::threads)
     step_forward_kernel(const StepForwardArgs<T> a) {
@@ -219,7 +193,7 @@ __global__ void __launch_bounds__(P::threads)
   for (int n = 0; n < 3 * TM * TN; ++n) {
     acc[n] = A(0);
   }
-  over_chunks<P, C>(S, grp, fetch, stash, [&](int kk) {
+  over_chunks<P::KS, C, 1>(S, grp, fetch, stash, [&](int kk) {
     A hv[TM];
     A wv[3][TN];
 #pragma unroll
@@ -253,29 +227,14 @@ __global__ void __launch_bounds__(P::threads)
 #pragma unroll
     for (int c = 0; c < TN; ++c) {
       const int j = j0 + tx + c * NX;
-      if (b >= B || j >= S) {
-        continue;
-      }
-      T* z = a.z + b * 3 * S;
-      const A zi = acc[(0 * TM + r) * TN + c] + widen(z[j]) + widen(a.bias[j]);
-      const A zo =
-          acc[(1 * TM + r) * TN + c] + widen(z[S + j]) + widen(a.bias[S + j]);
-      const A zc = acc[(2 * TM + r) * TN + c] + widen(z[2 * S + j]) +
-          widen(a.bias[2 * S + j]);
-      const int64_t at = b * S + j;
-      const CellForward<A> f = cell_forward(zi, zo, zc, widen(a.c[at]));
-      put(a.c_out + at, f.cell);
-      put(a.h_out + at, f.h);
-      if (a.save) {
-        put(z + j, f.i);
-        put(z + S + j, f.o);
-        put(z + 2 * S + j, f.g);
-      }
-      if (a.h_n != nullptr) {
-        put(a.h_n + at, f.h);
-      }
-      if (a.c_n != nullptr) {
-        put(a.c_n + at, f.cell);
+      if (b < B && j < S) {
+        step_forward_epilogue(
+            a,
+            b,
+            j,
+            acc[(0 * TM + r) * TN + c],
+            acc[(1 * TM + r) * TN + c],
+            acc[(2 * TM + r) * TN + c]);
       }
     }
   }
@@ -338,7 +297,7 @@ __global__ void __launch_bounds__(P::threads) step_backward_kernel(
         }
       }
     };
-    over_chunks<P, C>(K, grp, fetch, stash, [&](int kk) {
+    over_chunks<P::KS, C, 1>(K, grp, fetch, stash, [&](int kk) {
       A dv[TM];
       A wv[TN];
 #pragma unroll
@@ -367,26 +326,8 @@ __global__ void __launch_bounds__(P::threads) step_backward_kernel(
 #pragma unroll
     for (int c = 0; c < TN; ++c) {
       const int j = j0 + tx + c * NX;
-      if (b >= B || j >= S) {
-        continue;
-      }
-      const int64_t at = b * S + j;
-      const A gh = load_element(a.grad_h, b, j) +
-          (recurrent ? acc[r * TN + c] : load_element(a.grad_h_n, b, j));
-      const A gc = recurrent ? dc[at] : load_element(a.grad_c_n, b, j);
-      const T* act = a.gates + b * K;
-      const A i = widen(act[j]);
-      const A o = widen(act[S + j]);
-      const A g = widen(act[2 * S + j]);
-      const CellBackward<A> d =
-          cell_backward(i, o, g, tanh_(widen(a.cell[at])), gh, gc);
-      T* dz = a.dz + b * K;
-      put(dz + j, d.dz_i);
-      put(dz + S + j, d.dz_o);
-      put(dz + 2 * S + j, d.dz_c);
-      dc[at] = d.d_cell;
-      if (a.d_c0 != nullptr) {
-        put(a.d_c0 + at, d.d_cell);
+      if (b < B && j < S) {
+        step_backward_epilogue(a, dc, b, j, acc[r * TN + c]);
       }
     }
   }
@@ -405,19 +346,6 @@ using Backward0 = Tile<16, 16, 2, 1, 4>;
 using Backward1 = Tile<16, 64, 2, 4, 2>;
 using Backward2 = Tile<64, 64, 4, 4, 1>;
 using Backward3 = Tile<64, 128, 4, 8, 1>;
-
-template <typename P>
-dim3 grid_of(int64_t batch, int64_t state) {
-  return dim3(
-      static_cast<unsigned int>((batch + P::BM - 1) / P::BM),
-      static_cast<unsigned int>((state + P::BN - 1) / P::BN));
-}
-
-template <typename P>
-bool fills(int64_t batch, int64_t state, int64_t sms) {
-  const dim3 g = grid_of<P>(batch, state);
-  return int64_t(g.x) * g.y >= sms;
-}
 
 template <typename T, typename P>
 cudaError_t forward_with(const StepForwardArgs<T>& a, cudaStream_t stream) {
@@ -445,9 +373,16 @@ cudaError_t launch_step_forward(
   if (a.batch == 0 || a.state == 0) {
     return cudaSuccess;
   }
-  int64_t sms = 0;
-  if (const cudaError_t status = multiprocessors(&sms); status != cudaSuccess) {
+  DeviceLimits limits{};
+  if (const cudaError_t status = device_limits(&limits);
+      status != cudaSuccess) {
     return status;
+  }
+  const int64_t sms = limits.multiprocessors;
+  if constexpr (sizeof(T) == 2) {
+    if (step_mma_runs<T>(limits)) {
+      return launch_step_forward_mma(a, sms, stream);
+    }
   }
   if (fills<Forward3>(a.batch, a.state, sms)) {
     return forward_with<T, Forward3>(a, stream);
@@ -459,6 +394,12 @@ cudaError_t launch_step_forward(
     return forward_with<T, Forward1>(a, stream);
   }
   return forward_with<T, Forward0>(a, stream);
+}
+
+template <typename T>
+bool steps_on_tensor_cores() {
+  DeviceLimits limits{};
+  return device_limits(&limits) == cudaSuccess && step_mma_runs<T>(limits);
 }
 
 template <typename T>
@@ -475,9 +416,16 @@ cudaError_t launch_step_backward(
     return cudaSuccess;
   }
   auto* dc = static_cast<acc_t<T>*>(workspace);
-  int64_t sms = 0;
-  if (const cudaError_t status = multiprocessors(&sms); status != cudaSuccess) {
+  DeviceLimits limits{};
+  if (const cudaError_t status = device_limits(&limits);
+      status != cudaSuccess) {
     return status;
+  }
+  const int64_t sms = limits.multiprocessors;
+  if constexpr (sizeof(T) == 2) {
+    if (step_mma_runs<T>(limits)) {
+      return launch_step_backward_mma(a, dc, sms, stream);
+    }
   }
   if (fills<Backward3>(a.batch, a.state, sms)) {
     return backward_with<T, Backward3>(a, dc, stream);
@@ -494,6 +442,7 @@ cudaError_t launch_step_backward(
 #define LLTM_INSTANTIATE(T)                                                    \
   template cudaError_t launch_step_forward<T>(                                 \
       const StepForwardArgs<T>&, cudaStream_t);                                \
+  template bool steps_on_tensor_cores<T>();                                    \
   template size_t step_backward_workspace_size<T>(const StepBackwardArgs<T>&); \
   template cudaError_t launch_step_backward<T>(                                \
       const StepBackwardArgs<T>&, void*, cudaStream_t);

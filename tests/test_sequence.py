@@ -494,10 +494,44 @@ def test_cuda_fused_tiles(
         assert_close_to_reference(got.cpu(), w)
 
 
+# The tensor-core kernels of the fused steps (cuda/lltm_step_mma.cu), which
+# run float16 and bfloat16: each tile on a GPU of 132 multiprocessors, with
+# 16-byte loads (state_size and state_size + input_features multiples of 8)
+# and element by element, at the edges: one row, a row and a column past a
+# tile, a short last tile, one step.
+MMA_SHAPES = [
+    (1, 1, 3, 20),  # the 16x16 tiles, one row, by element
+    (2, 17, 5, 33),  # a row and a column past them
+    (3, 16, 8, 128),  # the 16x16 tiles, packed
+    (2, 600, 8, 256),  # 32x32, packed
+    (2, 600, 4, 250),  # 32x32, by element
+    (2, 1100, 8, 512),  # 64x32, packed
+    (1, 1023, 7, 512),  # 64x32, by element (W_h's rows of 519), a short last tile
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", MMA_SHAPES, ids=lambda s: "T{}-B{}-F{}-S{}".format(*s))
+def test_cuda_fused_tensor_core_tiles(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, shape: tuple[int, int, int, int]
+) -> None:
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "fused")
+    args = make_sequence(*shape, device="cuda", dtype=dtype)
+    got = with_grads(lltm.lltm_sequence, args)
+    for g, w in zip(got, reference_with_grads(args), strict=True):
+        assert_close_to_reference(g.cpu(), w)
+    # The groups' sums are added in a fixed order: bit for bit again.
+    for g, again in zip(got, with_grads(lltm.lltm_sequence, args), strict=True):
+        assert torch.equal(g, again)
+
+
 # auto's thresholds (cpp/sequence_cuda.cpp), a size on each side: the
 # persistent kernel in one block up to 256 elements of batch * state, up to
 # batch 16 or 4096 elements; the fused steps up to 2**26 multiply-adds per
-# recurrent product (2**24 in 16-bit types); cuBLAS beyond.
+# recurrent product (2**24 in 16-bit types); cuBLAS beyond. Where the fused
+# steps run on tensor cores (bfloat16 from sm_80), the persistent kernel up
+# to 2048 elements and the fused steps up to 2**29 multiply-adds.
 AUTO_EDGES = [
     (3, 2, 4, 128),
     (3, 3, 4, 128),
@@ -509,6 +543,10 @@ AUTO_EDGES = [
     (2, 342, 4, 256),
     (2, 341, 4, 128),
     (2, 342, 4, 128),
+    (3, 16, 4, 128),
+    (3, 17, 4, 128),
+    (2, 682, 4, 512),
+    (2, 683, 4, 512),
 ]
 
 

@@ -65,6 +65,7 @@ CUDA_SOURCES = (
     "cuda/lltm_small.cu",
     "cuda/lltm_sequence.cu",
     "cuda/lltm_step.cu",
+    "cuda/lltm_step_mma.cu",
 )
 # The CPU kernels: built with the sources, the DEFAULT ones; on x86-64 Linux,
 # built again here for each other capability, each with its own flags, which

@@ -1,0 +1,162 @@
+// What the two flavors of the fused steps share: lltm_step.cu (the GEMM on
+// CUDA cores, every type) and lltm_step_mma.cu (on tensor cores, float16 and
+// bfloat16). The loop over chunks of k, the two epilogues (the cell's math of
+// one (row, column) once its sum over k is known), and the tensor-core
+// launchers, which lltm_step.cu's launchers call where they can run.
+#pragma once
+
+#include "lltm_device.h"
+#include "lltm_sequence.h"
+
+#include <cstdint>
+#include <type_traits>
+
+namespace lltm::cuda::detail {
+
+// The loop over k in [0, K), by chunks of C: group grp of KS takes chunks
+// grp, grp + KS, ..., and every group runs the same number of rounds (a
+// barrier ends each), past the end on zeros. A round stashes the chunk
+// fetched before it, fetches the next (in flight during this chunk's
+// products), and runs multiply(kk) for kk = 0, Step, 2 Step, ... of the
+// chunk. It ends on a barrier: the shared tiles may then be reused.
+template <
+    int KS,
+    int C,
+    int Step,
+    typename Fetch,
+    typename Stash,
+    typename Multiply>
+__device__ __forceinline__ void over_chunks(
+    int K,
+    int grp,
+    Fetch&& fetch,
+    Stash&& stash,
+    Multiply&& multiply) {
+  const int rounds = ((K + C - 1) / C + KS - 1) / KS;
+  fetch(grp * C);
+  for (int round = 0; round < rounds; ++round) {
+    stash();
+    __syncthreads();
+    if (round + 1 < rounds) {
+      fetch(((round + 1) * KS + grp) * C);
+    }
+#pragma unroll 16
+    for (int kk = 0; kk < C; kk += Step) {
+      multiply(kk);
+    }
+    __syncthreads();
+  }
+}
+
+// The forward's epilogue at row b, state column j < state, from the three
+// gates' sums of h_{t-1} W_h^T: Z = P_t + sum + b, the cell, and its
+// outputs (the activations over P_t when saving).
+template <typename T>
+__device__ __forceinline__ void step_forward_epilogue(
+    const StepForwardArgs<T>& a,
+    int64_t b,
+    int j,
+    acc_t<T> sum_i,
+    acc_t<T> sum_o,
+    acc_t<T> sum_c) {
+  using A = acc_t<T>;
+  const int S = static_cast<int>(a.state);
+  T* z = a.z + b * 3 * S;
+  const A zi = sum_i + widen(z[j]) + widen(a.bias[j]);
+  const A zo = sum_o + widen(z[S + j]) + widen(a.bias[S + j]);
+  const A zc = sum_c + widen(z[2 * S + j]) + widen(a.bias[2 * S + j]);
+  const int64_t at = b * S + j;
+  const CellForward<A> f = cell_forward(zi, zo, zc, widen(a.c[at]));
+  put(a.c_out + at, f.cell);
+  put(a.h_out + at, f.h);
+  if (a.save) {
+    put(z + j, f.i);
+    put(z + S + j, f.o);
+    put(z + 2 * S + j, f.g);
+  }
+  if (a.h_n != nullptr) {
+    put(a.h_n + at, f.h);
+  }
+  if (a.c_n != nullptr) {
+    put(a.c_n + at, f.cell);
+  }
+}
+
+// The backward's epilogue at row b, state column j < state, from the sum of
+// dZ_{t+1} W_h (unused at t = T - 1, where there is no dZ_{t+1}): dZ_t, and
+// dc updated in place.
+template <typename T>
+__device__ __forceinline__ void step_backward_epilogue(
+    const StepBackwardArgs<T>& a,
+    acc_t<T>* dc,
+    int64_t b,
+    int j,
+    acc_t<T> sum) {
+  using A = acc_t<T>;
+  const int S = static_cast<int>(a.state);
+  const bool recurrent = a.dz_next != nullptr;
+  const int64_t at = b * S + j;
+  const A gh = load_element(a.grad_h, b, j) +
+      (recurrent ? sum : load_element(a.grad_h_n, b, j));
+  const A gc = recurrent ? dc[at] : load_element(a.grad_c_n, b, j);
+  const T* act = a.gates + b * 3 * S;
+  const A i = widen(act[j]);
+  const A o = widen(act[S + j]);
+  const A g = widen(act[2 * S + j]);
+  const CellBackward<A> d =
+      cell_backward(i, o, g, tanh_(widen(a.cell[at])), gh, gc);
+  T* dz = a.dz + b * 3 * S;
+  put(dz + j, d.dz_i);
+  put(dz + S + j, d.dz_o);
+  put(dz + 2 * S + j, d.dz_c);
+  dc[at] = d.d_cell;
+  if (a.d_c0 != nullptr) {
+    put(a.d_c0 + at, d.d_cell);
+  }
+}
+
+// The grid of a tile P (P::BM rows by P::BN state columns per block), and
+// whether it has a block for every multiprocessor.
+template <typename P>
+dim3 grid_of(int64_t batch, int64_t state) {
+  return dim3(
+      static_cast<unsigned int>((batch + P::BM - 1) / P::BM),
+      static_cast<unsigned int>((state + P::BN - 1) / P::BN));
+}
+
+template <typename P>
+bool fills(int64_t batch, int64_t state, int64_t sms) {
+  const dim3 g = grid_of<P>(batch, state);
+  return int64_t(g.x) * g.y >= sms;
+}
+
+// Whether the steps of T run on this device's tensor cores
+// (lltm_step_mma.cu): float16 from sm_70, bfloat16 from sm_80.
+template <typename T>
+bool step_mma_runs(const DeviceLimits& limits) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return limits.capability >= 70;
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return limits.capability >= 80;
+  } else {
+    return false;
+  }
+}
+
+// The launches there, for __half and __nv_bfloat16; sms: the device's
+// multiprocessors.
+
+template <typename T>
+cudaError_t launch_step_forward_mma(
+    const StepForwardArgs<T>& a,
+    int64_t sms,
+    cudaStream_t stream);
+
+template <typename T>
+cudaError_t launch_step_backward_mma(
+    const StepBackwardArgs<T>& a,
+    acc_t<T>* dc,
+    int64_t sms,
+    cudaStream_t stream);
+
+} // namespace lltm::cuda::detail

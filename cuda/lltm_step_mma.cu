@@ -1,0 +1,402 @@
+// Fused LLTM sequence steps on tensor cores, for float16 and bfloat16: the
+// steps of lltm_step.cu, with the recurrent GEMM in 16 x 16 x 16 WMMA
+// fragments that accumulate in float.
+//
+// Forward, step t (z holds P_t = input_t W_x^T on entry):
+//   Z = P_t + b + h_{t-1} W_h^T, then the cell (step_forward_epilogue)
+// Backward, step t:
+//   gh = grad_h + dZ_{t+1} W_h, then the cell's backward
+//   (step_backward_epilogue)
+//
+// Work split: block (x, y) computes rows [x BM, x BM + BM) and state columns
+// [y BN, y BN + BN): of all three gates in the forward. Its warps form KS
+// groups along k; group grp takes chunks grp, grp + KS, ... of C values of
+// k, and in a group warp w owns the 16 x 16 tile (w / NT, w % NT) of the
+// block's rows and columns (of each gate, in the forward). Chunks pass from
+// global memory through registers into shared memory, the next one in
+// flight while this one is multiplied. Then every group leaves its sums in
+// shared memory, and each (row, column) of the epilogue is one thread's,
+// which adds the groups' sums in a fixed order: results repeat bit for bit,
+// and c (or dc) may be updated in place.
+#include "lltm_step.h"
+
+#include "lltm_device.h"
+#include "lltm_sequence.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace lltm::cuda::detail {
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kFrag = 16; // a fragment's rows, columns and depth
+// Elements past each shared row: rows stay 16-byte aligned for the packed
+// stores and 32-byte aligned every 16 rows for the fragment loads, and
+// neighbouring rows start in different banks.
+constexpr int kPad = 8;
+constexpr int kSumPad = 4; // the same, for the float sums
+
+template <int MT_, int NT_, int KS_, int C_>
+struct MmaTile {
+  static constexpr int NT = NT_;
+  static constexpr int KS = KS_;
+  static constexpr int C = C_;
+  static constexpr int BM = kFrag * MT_;
+  static constexpr int BN = kFrag * NT_;
+  static constexpr int group = 32 * MT_ * NT_; // threads of a group
+  static constexpr int threads = group * KS;
+};
+
+// Whether this compilation pass has fragments of T: float16's from sm_70,
+// bfloat16's from sm_80. The host pass compiles no kernel body.
+template <typename T>
+__host__ __device__ constexpr bool has_fragments() {
+#if defined(__CUDA_ARCH__)
+  return __CUDA_ARCH__ >= (std::is_same_v<T, __nv_bfloat16> ? 800 : 700);
+#else
+  return true;
+#endif
+}
+
+template <typename T>
+__device__ __forceinline__ T zero_bits() {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __ushort_as_half(0);
+  } else {
+    return __ushort_as_bfloat16(0);
+  }
+}
+
+// A chunk of R rows by W columns of a row-major operand, on its way to
+// shared memory: held by the NG threads of a group, V elements per access.
+template <typename T, int R, int W, int V, int NG>
+struct Staged {
+  static constexpr int per_row = W / V;
+  static constexpr int vectors = R * per_row;
+  static constexpr int L = (vectors + NG - 1) / NG;
+  Pack<T, V> v[L];
+
+  // Row r of the chunk is row rows(r) of src (-1: past the end), columns
+  // [col0, col0 + W); columns from `cols` on read as zero. With V > 1 the
+  // caller has made `cols`, ld and col0 multiples of V, and src aligned.
+  template <typename Rows>
+  __device__ __forceinline__ void fetch(
+      const T* src,
+      int64_t ld,
+      Rows&& rows,
+      int col0,
+      int cols,
+      int tid) {
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+      const int e = tid + l * NG;
+      const int r = e / per_row;
+      const int col = col0 + (e - r * per_row) * V;
+      const int64_t row = e < vectors ? rows(r) : -1;
+      if (row >= 0 && col < cols) {
+        v[l] = *reinterpret_cast<const Pack<T, V>*>(src + row * ld + col);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          v[l].v[j] = zero_bits<T>();
+        }
+      }
+    }
+  }
+
+  // Into shared memory: row r at dst + r ld.
+  __device__ __forceinline__ void stash(T* dst, int ld, int tid) const {
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+      const int e = tid + l * NG;
+      if (e < vectors) {
+        const int r = e / per_row;
+        *reinterpret_cast<Pack<T, V>*>(dst + r * ld + (e - r * per_row) * V) =
+            v[l];
+      }
+    }
+  }
+};
+
+template <typename T, typename P, int V>
+__global__ void __launch_bounds__(P::threads)
+    step_forward_mma_kernel(const StepForwardArgs<T> a) {
+  if constexpr (!has_fragments<T>()) {
+    __trap(); // launched only where step_mma_runs
+  } else {
+    constexpr int BM = P::BM, BN = P::BN, C = P::C, KS = P::KS;
+    constexpr int NG = P::group;
+    constexpr int LD = C + kPad;
+    constexpr int SLD = BN + kSumPad;
+    constexpr int per_group = (BM + 3 * BN) * LD;
+    constexpr int operands = KS * per_group * static_cast<int>(sizeof(T));
+    constexpr int sums = KS * 3 * BM * SLD * static_cast<int>(sizeof(float));
+    __shared__ __align__(
+        128) unsigned char smem[operands > sums ? operands : sums];
+    const int S = static_cast<int>(a.state);
+    const int64_t B = a.batch;
+    const int grp = static_cast<int>(threadIdx.x) / NG;
+    const int tid = static_cast<int>(threadIdx.x) - grp * NG;
+    const int rt = tid / 32 / P::NT;
+    const int ct = tid / 32 % P::NT;
+    const int64_t b0 = int64_t(blockIdx.x) * BM;
+    const int j0 = static_cast<int>(blockIdx.y) * BN;
+    T* h_s = reinterpret_cast<T*>(smem) + grp * per_group;
+    T* w_s = h_s + BM * LD;
+    Staged<T, BM, C, V, NG> h_r;
+    Staged<T, 3 * BN, C, V, NG> w_r;
+    wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float> acc[3];
+#pragma unroll
+    for (int g = 0; g < 3; ++g) {
+      wmma::fill_fragment(acc[g], 0.0f);
+    }
+    auto fetch = [&](int k0) {
+      h_r.fetch(
+          a.h,
+          S,
+          [&](int r) { return b0 + r < B ? b0 + r : int64_t(-1); },
+          k0,
+          S,
+          tid);
+      // Row g BN + jl of the chunk: row g S + j0 + jl of W_h.
+      w_r.fetch(
+          a.w,
+          a.ld_w,
+          [&](int r) {
+            const int g = r / BN;
+            const int j = j0 + r - g * BN;
+            return j < S ? int64_t(g) * S + j : int64_t(-1);
+          },
+          k0,
+          S,
+          tid);
+    };
+    auto stash = [&]() {
+      h_r.stash(h_s, LD, tid);
+      w_r.stash(w_s, LD, tid);
+    };
+    over_chunks<KS, C, kFrag>(S, grp, fetch, stash, [&](int kk) {
+      wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, T, wmma::row_major> x;
+      wmma::load_matrix_sync(x, h_s + rt * kFrag * LD + kk, LD);
+#pragma unroll
+      for (int g = 0; g < 3; ++g) {
+        wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, T, wmma::col_major>
+            y;
+        wmma::load_matrix_sync(y, w_s + (g * BN + ct * kFrag) * LD + kk, LD);
+        wmma::mma_sync(acc[g], x, y, acc[g]);
+      }
+    });
+    auto* sum = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for (int g = 0; g < 3; ++g) {
+      wmma::store_matrix_sync(
+          sum + ((grp * 3 + g) * BM + rt * kFrag) * SLD + ct * kFrag,
+          acc[g],
+          SLD,
+          wmma::mem_row_major);
+    }
+    __syncthreads();
+    for (int e = static_cast<int>(threadIdx.x); e < BM * BN; e += P::threads) {
+      const int r = e / BN;
+      const int c = e - r * BN;
+      const int64_t b = b0 + r;
+      const int j = j0 + c;
+      if (b >= B || j >= S) {
+        continue;
+      }
+      float z[3] = {0.0f, 0.0f, 0.0f};
+      for (int q = 0; q < KS; ++q) {
+#pragma unroll
+        for (int g = 0; g < 3; ++g) {
+          z[g] += sum[((q * 3 + g) * BM + r) * SLD + c];
+        }
+      }
+      step_forward_epilogue(a, b, j, z[0], z[1], z[2]);
+    }
+  }
+}
+
+template <typename T, typename P, int V>
+__global__ void __launch_bounds__(P::threads)
+    step_backward_mma_kernel(const StepBackwardArgs<T> a, float* dc) {
+  if constexpr (!has_fragments<T>()) {
+    __trap(); // launched only where step_mma_runs
+  } else {
+    constexpr int BM = P::BM, BN = P::BN, C = P::C, KS = P::KS;
+    constexpr int NG = P::group;
+    constexpr int LD = C + kPad; // of dZ_{t+1}'s chunk, [BM][C]
+    constexpr int WLD = BN + kPad; // of W_h's, [C][BN]
+    constexpr int SLD = BN + kSumPad;
+    constexpr int per_group = BM * LD + C * WLD;
+    constexpr int operands = KS * per_group * static_cast<int>(sizeof(T));
+    constexpr int sums = KS * BM * SLD * static_cast<int>(sizeof(float));
+    __shared__ __align__(
+        128) unsigned char smem[operands > sums ? operands : sums];
+    const int S = static_cast<int>(a.state);
+    const int K = 3 * S; // dZ's row length
+    const int64_t B = a.batch;
+    const int grp = static_cast<int>(threadIdx.x) / NG;
+    const int tid = static_cast<int>(threadIdx.x) - grp * NG;
+    const int rt = tid / 32 / P::NT;
+    const int ct = tid / 32 % P::NT;
+    const int64_t b0 = int64_t(blockIdx.x) * BM;
+    const int j0 = static_cast<int>(blockIdx.y) * BN;
+    const bool recurrent = a.dz_next != nullptr;
+    auto* sum = reinterpret_cast<float*>(smem);
+    if (recurrent) {
+      T* d_s = reinterpret_cast<T*>(smem) + grp * per_group;
+      T* w_s = d_s + BM * LD;
+      Staged<T, BM, C, V, NG> d_r;
+      Staged<T, C, BN, V, NG> w_r;
+      wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+      auto fetch = [&](int k0) {
+        d_r.fetch(
+            a.dz_next,
+            K,
+            [&](int r) { return b0 + r < B ? b0 + r : int64_t(-1); },
+            k0,
+            K,
+            tid);
+        // Rows k0 + r of W_h, columns [j0, j0 + BN).
+        w_r.fetch(
+            a.w,
+            a.ld_w,
+            [&](int r) { return k0 + r < K ? int64_t(k0 + r) : int64_t(-1); },
+            j0,
+            S,
+            tid);
+      };
+      auto stash = [&]() {
+        d_r.stash(d_s, LD, tid);
+        w_r.stash(w_s, WLD, tid);
+      };
+      over_chunks<KS, C, kFrag>(K, grp, fetch, stash, [&](int kk) {
+        wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, T, wmma::row_major>
+            x;
+        wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, T, wmma::row_major>
+            y;
+        wmma::load_matrix_sync(x, d_s + rt * kFrag * LD + kk, LD);
+        wmma::load_matrix_sync(y, w_s + kk * WLD + ct * kFrag, WLD);
+        wmma::mma_sync(acc, x, y, acc);
+      });
+      wmma::store_matrix_sync(
+          sum + (grp * BM + rt * kFrag) * SLD + ct * kFrag,
+          acc,
+          SLD,
+          wmma::mem_row_major);
+      __syncthreads();
+    }
+    for (int e = static_cast<int>(threadIdx.x); e < BM * BN; e += P::threads) {
+      const int r = e / BN;
+      const int c = e - r * BN;
+      const int64_t b = b0 + r;
+      const int j = j0 + c;
+      if (b >= B || j >= S) {
+        continue;
+      }
+      float total = 0.0f;
+      if (recurrent) {
+        for (int q = 0; q < KS; ++q) {
+          total += sum[(q * BM + r) * SLD + c];
+        }
+      }
+      step_backward_epilogue(a, dc, b, j, total);
+    }
+  }
+}
+
+// The tiles, from small to large: <16-row tiles, 16-column tiles, groups
+// over k, chunk>. As in lltm_step.cu, a launch takes the largest that still
+// fills every multiprocessor, or the smallest. At the small batches that
+// take it a step is a chain of round trips to memory, one per round of
+// chunks, so the smallest splits k the most: 8 groups in the forward (a
+// round per 256 of state_size), 16 in the backward (per 512 / 3).
+using Forward0 = MmaTile<1, 1, 8, 32>;
+using Forward1 = MmaTile<2, 2, 2, 32>;
+using Forward2 = MmaTile<4, 2, 1, 64>;
+using Backward0 = MmaTile<1, 1, 16, 32>;
+using Backward1 = MmaTile<2, 2, 2, 32>;
+using Backward2 = MmaTile<4, 2, 1, 64>;
+
+// 16-byte accesses where every row of both operands starts on 16 bytes and
+// the extents are whole vectors of 8.
+template <typename T>
+bool packed(const T* rows, const T* w, int64_t ld_w, int64_t state) {
+  return state % 8 == 0 && ld_w % 8 == 0 && aligned16(rows) && aligned16(w);
+}
+
+template <typename T, typename P>
+cudaError_t forward_with(const StepForwardArgs<T>& a, cudaStream_t stream) {
+  const dim3 grid = grid_of<P>(a.batch, a.state);
+  if (packed(a.h, a.w, a.ld_w, a.state)) {
+    step_forward_mma_kernel<T, P, 8><<<grid, P::threads, 0, stream>>>(a);
+  } else {
+    step_forward_mma_kernel<T, P, 1><<<grid, P::threads, 0, stream>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T, typename P>
+cudaError_t backward_with(
+    const StepBackwardArgs<T>& a,
+    float* dc,
+    cudaStream_t stream) {
+  const dim3 grid = grid_of<P>(a.batch, a.state);
+  if (packed(a.dz_next, a.w, a.ld_w, a.state)) {
+    step_backward_mma_kernel<T, P, 8><<<grid, P::threads, 0, stream>>>(a, dc);
+  } else {
+    step_backward_mma_kernel<T, P, 1><<<grid, P::threads, 0, stream>>>(a, dc);
+  }
+  return cudaGetLastError();
+}
+
+} // namespace
+
+template <typename T>
+cudaError_t launch_step_forward_mma(
+    const StepForwardArgs<T>& a,
+    int64_t sms,
+    cudaStream_t stream) {
+  if (fills<Forward2>(a.batch, a.state, sms)) {
+    return forward_with<T, Forward2>(a, stream);
+  }
+  if (fills<Forward1>(a.batch, a.state, sms)) {
+    return forward_with<T, Forward1>(a, stream);
+  }
+  return forward_with<T, Forward0>(a, stream);
+}
+
+template <typename T>
+cudaError_t launch_step_backward_mma(
+    const StepBackwardArgs<T>& a,
+    acc_t<T>* dc,
+    int64_t sms,
+    cudaStream_t stream) {
+  if (fills<Backward2>(a.batch, a.state, sms)) {
+    return backward_with<T, Backward2>(a, dc, stream);
+  }
+  if (fills<Backward1>(a.batch, a.state, sms)) {
+    return backward_with<T, Backward1>(a, dc, stream);
+  }
+  return backward_with<T, Backward0>(a, dc, stream);
+}
+
+#define LLTM_INSTANTIATE(T)                              \
+  template cudaError_t launch_step_forward_mma<T>(       \
+      const StepForwardArgs<T>&, int64_t, cudaStream_t); \
+  template cudaError_t launch_step_backward_mma<T>(      \
+      const StepBackwardArgs<T>&, acc_t<T>*, int64_t, cudaStream_t);
+
+LLTM_INSTANTIATE(__half)
+LLTM_INSTANTIATE(__nv_bfloat16)
+
+#undef LLTM_INSTANTIATE
+
+} // namespace lltm::cuda::detail
