@@ -251,35 +251,26 @@ void fused_forward(
     ForwardBuffers& b) {
   const DenseInputs d(inputs);
   const bool save = b.cells.defined();
-  const int64_t T = sizes.steps;
-  const int64_t BS = sizes.batch * sizes.state_size;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, d.w.scalar_type(), "lltm_sequence_cuda", [&] {
-        using K = kernel_t<scalar_t>;
-        cuda::StepForwardArgs<K> args{};
+        cuda::FusedForwardArgs<kernel_t<scalar_t>> args{};
         args.w = in<scalar_t>(d.w);
         args.ld_w = d.w.stride(0);
         args.bias = in<scalar_t>(d.bias);
+        args.h0 = in<scalar_t>(d.h0);
+        args.c0 = in<scalar_t>(d.c0);
+        args.output = out<scalar_t>(b.output);
+        args.gates = out<scalar_t>(b.gates);
+        // Without saving, c_t is written over c_{t-1} in c_n.
+        args.cells = save ? out<scalar_t>(b.cells) : out<scalar_t>(b.c_n);
+        args.h_n = out<scalar_t>(b.h_n);
+        args.c_n = out<scalar_t>(b.c_n);
         args.save = save;
+        args.steps = sizes.steps;
         args.batch = sizes.batch;
         args.state = sizes.state_size;
-        K* output = out<scalar_t>(b.output);
-        K* gates = out<scalar_t>(b.gates);
-        // Without saving, c_t is written over c_{t-1} in c_n.
-        K* cells = save ? out<scalar_t>(b.cells) : out<scalar_t>(b.c_n);
-        const int64_t cell_step = save ? BS : 0;
-        for (int64_t t = 0; t < T; ++t) {
-          args.h = t == 0 ? in<scalar_t>(d.h0) : output + (t - 1) * BS;
-          args.c = t == 0 ? in<scalar_t>(d.c0) : cells + (t - 1) * cell_step;
-          args.z = gates + t * 3 * BS;
-          args.h_out = output + t * BS;
-          args.c_out = cells + t * cell_step;
-          const bool last = t == T - 1;
-          args.h_n = last ? out<scalar_t>(b.h_n) : nullptr;
-          args.c_n = last && save ? out<scalar_t>(b.c_n) : nullptr;
-          C10_CUDA_CHECK(cuda::launch_step_forward(args, stream));
-        }
+        C10_CUDA_CHECK(cuda::launch_fused_forward(args, stream));
       });
 }
 
@@ -291,41 +282,29 @@ StateGrads fused_backward(
   const at::Tensor w = DenseInputs::unit_columns(inputs.weights);
   const auto options = inputs.gates.options();
   at::Tensor d_c0 = at::empty({sizes.batch, sizes.state_size}, options);
-  const int64_t T = sizes.steps;
-  const int64_t BS = sizes.batch * sizes.state_size;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, w.scalar_type(), "lltm_sequence_cuda", [&] {
-        using K = kernel_t<scalar_t>;
-        cuda::StepBackwardArgs<K> args{};
+        cuda::FusedBackwardArgs<kernel_t<scalar_t>> args{};
+        args.grad_output = strided3<scalar_t>(inputs.grad_output);
         args.grad_h_n = strided<scalar_t>(inputs.grad_h_n);
         args.grad_c_n = strided<scalar_t>(inputs.grad_c_n);
         args.w = in<scalar_t>(w);
         args.ld_w = w.stride(0);
+        args.cells = in<scalar_t>(inputs.cells);
+        args.gates = in<scalar_t>(inputs.gates);
+        args.d_gates = out<scalar_t>(d_gates);
+        args.d_c0 = out<scalar_t>(d_c0);
+        args.steps = sizes.steps;
         args.batch = sizes.batch;
         args.state = sizes.state_size;
-        // dc, the running cell gradient, from the caching allocator.
+        // The running cell gradient, from the caching allocator.
         const at::Tensor workspace = at::empty(
-            {static_cast<int64_t>(cuda::step_backward_workspace_size(args))},
+            {static_cast<int64_t>(cuda::fused_backward_workspace_size(args))},
             options.dtype(at::kByte));
-        const cuda::Strided3<K> grad = strided3<scalar_t>(inputs.grad_output);
-        K* dz = out<scalar_t>(d_gates);
-        const K* cell = in<scalar_t>(inputs.cells);
-        const K* act = in<scalar_t>(inputs.gates);
-        for (int64_t t = T - 1; t >= 0; --t) {
-          args.grad_h = {
-              grad.data == nullptr ? nullptr : grad.data + t * grad.step_stride,
-              grad.row_stride,
-              grad.col_stride};
-          args.dz_next = t == T - 1 ? nullptr : dz + (t + 1) * 3 * BS;
-          args.cell = cell + t * BS;
-          args.gates = act + t * 3 * BS;
-          args.dz = dz + t * 3 * BS;
-          args.d_c0 = t == 0 ? out<scalar_t>(d_c0) : nullptr;
-          C10_CUDA_CHECK(
-              cuda::launch_step_backward(
-                  args, workspace.mutable_data_ptr(), stream));
-        }
+        C10_CUDA_CHECK(
+            cuda::launch_fused_backward(
+                args, workspace.mutable_data_ptr(), stream));
       });
   return {d_c0, std::nullopt};
 }
@@ -440,15 +419,13 @@ Path requested_path() {
 // fused_max_macs multiply-adds per recurrent product (batch * 3 state_size *
 // state_size); and cuBLAS's GEMMs beyond, where its large tiles win and the
 // launches are a small part of a step. Where the fused steps run on tensor
-// cores (lltm_step_mma.cu: float16 from sm_70, bfloat16 from sm_80) they win
-// from 2048 elements on, at batch 16 too, and up to 2^29 multiply-adds; on
-// CUDA cores cuBLAS's tensor cores overtake them from 2^24 in 16-bit types.
-// docs/performance.md has the measurements.
+// cores (lltm_step_mma.cu: float16 from sm_70, bfloat16 from sm_80), as one
+// cooperative launch per direction where their grid fits, they win over the
+// persistent kernel at every size (batch 1 too), and over cuBLAS up to 2^29
+// multiply-adds; on CUDA cores cuBLAS's tensor cores overtake them from 2^24
+// in 16-bit types. docs/performance.md has the measurements.
 bool persistent_size(int64_t batch, int64_t state, bool tensor_cores) {
-  if (tensor_cores) {
-    return batch * state <= 2048;
-  }
-  return batch <= 16 || batch * state <= 4096;
+  return !tensor_cores && (batch <= 16 || batch * state <= 4096);
 }
 int64_t fused_max_macs(at::ScalarType dtype, bool tensor_cores) {
   if (tensor_cores) {

@@ -1,7 +1,8 @@
 // Launchers of the LLTM sequence kernels: the persistent ones
 // (lltm_sequence.cu), where one cooperative launch runs every time step of a
 // layer, forward or backward, with W_h kept in shared memory across the
-// steps; and the fused steps (lltm_step.cu), one launch per step.
+// steps; and the fused steps (lltm_step.cu), a GEMM with the cell in its
+// epilogue per step.
 //
 // Plain CUDA C++ like lltm_kernel.h: raw pointers, sizes and a stream in,
 // cudaError_t out. cpp/sequence_cuda.cpp runs the GEMMs around them (the
@@ -101,72 +102,75 @@ cudaError_t launch_sequence_backward(
     void* workspace,
     cudaStream_t stream);
 
-// --- the fused per-step path (lltm_step.cu) ---------------------------------
-// One launch per step and direction: the recurrent GEMM with the cell's
-// pointwise math in its epilogue. Dense operands are row-major with unit
-// column stride and the row lengths their shapes give.
+// --- the fused steps (lltm_step.cu, lltm_step_mma.cu) -----------------------
+// Per step the recurrent GEMM with the cell's pointwise math in its
+// epilogue: one launch per step and direction, or, where the tiles of every
+// step fit on the GPU at once (the tensor-core kernels), one cooperative
+// launch per direction for all steps, with a grid barrier between them.
+// Dense operands are row-major with unit column stride and the row lengths
+// their shapes give.
 
-// Step t of the forward.
+// The forward over all steps.
 template <typename T>
-struct StepForwardArgs {
-  const T* h; // h_{t-1}: [batch, state], dense
+struct FusedForwardArgs {
   const T* w; // W_h, as in SequenceForwardArgs
   int64_t ld_w;
-  // [batch, 3 * state], dense: P_t on entry; the activations [i | o | g]
-  // on exit when `save`, else unchanged.
-  T* z;
   const T* bias; // [3 * state]
-  const T* c; // c_{t-1}: [batch, state], dense; may equal c_out
-  T* h_out; // h_t: [batch, state], dense
-  T* c_out; // c_t: [batch, state], dense
-  T* h_n; // a second copy of h_t (the last step), or nullptr
-  T* c_n; // of c_t, with h_n
+  const T* h0; // [batch, state], dense
+  const T* c0; // [batch, state], dense
+  T* output; // h_t of every step: [steps, batch, state], dense
+  // [steps, batch, 3 * state], dense: P = input W_x^T on entry; the
+  // activations [i | o | g] on exit when `save`, else unchanged.
+  T* gates;
+  // c_t of every step ([steps, batch, state], dense) when `save`; else
+  // c_n, written over at every step.
+  T* cells;
+  T* h_n; // [batch, state], dense
+  T* c_n; // [batch, state], dense; written when `save` (else it is `cells`)
   bool save;
+  int64_t steps;
   int64_t batch;
   int64_t state;
 };
 
-// Step t of the backward. dc, the running cell gradient, is in the
-// workspace, updated in place.
+// The backward over all steps, from the last to the first.
 template <typename T>
-struct StepBackwardArgs {
-  Strided<T> grad_h; // grad_output[t], or none
-  // dZ_{t+1}: [batch, 3 * state], dense; nullptr at t = T - 1, where
-  // grad_h_n takes the place of dZ_{t+1} W_h and grad_c_n that of dc_t.
-  const T* dz_next;
-  Strided<T> grad_h_n;
-  Strided<T> grad_c_n;
+struct FusedBackwardArgs {
+  Strided3<T> grad_output; // or none
+  Strided<T> grad_h_n; // or none
+  Strided<T> grad_c_n; // or none
   const T* w; // W_h, as in SequenceForwardArgs
   int64_t ld_w;
-  const T* cell; // c_t: [batch, state], dense
-  const T* gates; // the activations of step t: [batch, 3 * state], dense
-  T* dz; // dZ_t: [batch, 3 * state], dense
-  T* d_c0; // dc_{t-1} once more (t = 0), or nullptr
+  const T* cells; // c_t of every step: [steps, batch, state], dense
+  const T* gates; // the activations: [steps, batch, 3 * state], dense
+  T* d_gates; // dZ of every step: [steps, batch, 3 * state], dense
+  T* d_c0; // [batch, state], dense
+  int64_t steps;
   int64_t batch;
   int64_t state;
 };
 
 template <typename T>
-cudaError_t launch_step_forward(
-    const StepForwardArgs<T>& args,
+cudaError_t launch_fused_forward(
+    const FusedForwardArgs<T>& args,
     cudaStream_t stream);
 
-// Whether the steps of T run on the current device's tensor cores
+// The bytes of the workspace of launch_fused_backward: the running cell
+// gradient, in the math type.
+template <typename T>
+size_t fused_backward_workspace_size(const FusedBackwardArgs<T>& args);
+
+template <typename T>
+cudaError_t launch_fused_backward(
+    const FusedBackwardArgs<T>& args,
+    void* workspace,
+    cudaStream_t stream);
+
+// Whether the fused steps of T run on the current device's tensor cores
 // (lltm_step_mma.cu: float16 from sm_70, bfloat16 from sm_80), which makes
 // them faster than the other paths at more sizes; false if the device
 // cannot be asked.
 template <typename T>
 bool steps_on_tensor_cores();
-
-// The bytes of the workspace of launch_step_backward: dc in the math type.
-// The same workspace serves every step of a backward.
-template <typename T>
-size_t step_backward_workspace_size(const StepBackwardArgs<T>& args);
-
-template <typename T>
-cudaError_t launch_step_backward(
-    const StepBackwardArgs<T>& args,
-    void* workspace,
-    cudaStream_t stream);
 
 } // namespace lltm::cuda

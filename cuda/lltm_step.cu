@@ -364,26 +364,12 @@ cudaError_t backward_with(
   return cudaGetLastError();
 }
 
-} // namespace
-
+// One step on CUDA cores, with the tile that suits its size.
 template <typename T>
-cudaError_t launch_step_forward(
+cudaError_t forward_step(
     const StepForwardArgs<T>& a,
+    int64_t sms,
     cudaStream_t stream) {
-  if (a.batch == 0 || a.state == 0) {
-    return cudaSuccess;
-  }
-  DeviceLimits limits{};
-  if (const cudaError_t status = device_limits(&limits);
-      status != cudaSuccess) {
-    return status;
-  }
-  const int64_t sms = limits.multiprocessors;
-  if constexpr (sizeof(T) == 2) {
-    if (step_mma_runs<T>(limits)) {
-      return launch_step_forward_mma(a, sms, stream);
-    }
-  }
   if (fills<Forward3>(a.batch, a.state, sms)) {
     return forward_with<T, Forward3>(a, stream);
   }
@@ -397,36 +383,11 @@ cudaError_t launch_step_forward(
 }
 
 template <typename T>
-bool steps_on_tensor_cores() {
-  DeviceLimits limits{};
-  return device_limits(&limits) == cudaSuccess && step_mma_runs<T>(limits);
-}
-
-template <typename T>
-size_t step_backward_workspace_size(const StepBackwardArgs<T>& a) {
-  return static_cast<size_t>(a.batch * a.state) * sizeof(acc_t<T>);
-}
-
-template <typename T>
-cudaError_t launch_step_backward(
+cudaError_t backward_step(
     const StepBackwardArgs<T>& a,
-    void* workspace,
+    acc_t<T>* dc,
+    int64_t sms,
     cudaStream_t stream) {
-  if (a.batch == 0 || a.state == 0) {
-    return cudaSuccess;
-  }
-  auto* dc = static_cast<acc_t<T>*>(workspace);
-  DeviceLimits limits{};
-  if (const cudaError_t status = device_limits(&limits);
-      status != cudaSuccess) {
-    return status;
-  }
-  const int64_t sms = limits.multiprocessors;
-  if constexpr (sizeof(T) == 2) {
-    if (step_mma_runs<T>(limits)) {
-      return launch_step_backward_mma(a, dc, sms, stream);
-    }
-  }
   if (fills<Backward3>(a.batch, a.state, sms)) {
     return backward_with<T, Backward3>(a, dc, stream);
   }
@@ -439,13 +400,75 @@ cudaError_t launch_step_backward(
   return backward_with<T, Backward0>(a, dc, stream);
 }
 
-#define LLTM_INSTANTIATE(T)                                                    \
-  template cudaError_t launch_step_forward<T>(                                 \
-      const StepForwardArgs<T>&, cudaStream_t);                                \
-  template bool steps_on_tensor_cores<T>();                                    \
-  template size_t step_backward_workspace_size<T>(const StepBackwardArgs<T>&); \
-  template cudaError_t launch_step_backward<T>(                                \
-      const StepBackwardArgs<T>&, void*, cudaStream_t);
+} // namespace
+
+template <typename T>
+cudaError_t launch_fused_forward(
+    const FusedForwardArgs<T>& a,
+    cudaStream_t stream) {
+  if (a.steps == 0 || a.batch == 0 || a.state == 0) {
+    return cudaSuccess;
+  }
+  DeviceLimits limits{};
+  if (const cudaError_t status = device_limits(&limits);
+      status != cudaSuccess) {
+    return status;
+  }
+  if constexpr (sizeof(T) == 2) {
+    if (step_mma_runs<T>(limits)) {
+      return launch_fused_forward_mma(a, limits, stream);
+    }
+  }
+  const int64_t sms = limits.multiprocessors;
+  return each_step(a, false, [&](const StepForwardArgs<T>& step) {
+    return forward_step(step, sms, stream);
+  });
+}
+
+template <typename T>
+bool steps_on_tensor_cores() {
+  DeviceLimits limits{};
+  return device_limits(&limits) == cudaSuccess && step_mma_runs<T>(limits);
+}
+
+template <typename T>
+size_t fused_backward_workspace_size(const FusedBackwardArgs<T>& a) {
+  return static_cast<size_t>(a.batch * a.state) * sizeof(acc_t<T>);
+}
+
+template <typename T>
+cudaError_t launch_fused_backward(
+    const FusedBackwardArgs<T>& a,
+    void* workspace,
+    cudaStream_t stream) {
+  if (a.steps == 0 || a.batch == 0 || a.state == 0) {
+    return cudaSuccess;
+  }
+  auto* dc = static_cast<acc_t<T>*>(workspace);
+  DeviceLimits limits{};
+  if (const cudaError_t status = device_limits(&limits);
+      status != cudaSuccess) {
+    return status;
+  }
+  if constexpr (sizeof(T) == 2) {
+    if (step_mma_runs<T>(limits)) {
+      return launch_fused_backward_mma(a, dc, limits, stream);
+    }
+  }
+  const int64_t sms = limits.multiprocessors;
+  return each_step(a, true, [&](const StepBackwardArgs<T>& step) {
+    return backward_step(step, dc, sms, stream);
+  });
+}
+
+#define LLTM_INSTANTIATE(T)                         \
+  template cudaError_t launch_fused_forward<T>(     \
+      const FusedForwardArgs<T>&, cudaStream_t);    \
+  template bool steps_on_tensor_cores<T>();         \
+  template size_t fused_backward_workspace_size<T>( \
+      const FusedBackwardArgs<T>&);                 \
+  template cudaError_t launch_fused_backward<T>(    \
+      const FusedBackwardArgs<T>&, void*, cudaStream_t);
 
 LLTM_FOR_EACH_TYPE(LLTM_INSTANTIATE)
 

@@ -1,8 +1,9 @@
 // What the two flavors of the fused steps share: lltm_step.cu (the GEMM on
 // CUDA cores, every type) and lltm_step_mma.cu (on tensor cores, float16 and
-// bfloat16). The loop over chunks of k, the two epilogues (the cell's math of
-// one (row, column) once its sum over k is known), and the tensor-core
-// launchers, which lltm_step.cu's launchers call where they can run.
+// bfloat16). The arguments of one step and how a sequence's give them, the
+// loop over chunks of k, the two epilogues (the cell's math of one (row,
+// column) once its sum over k is known), and the tensor-core launchers,
+// which lltm_step.cu's launchers call where they can run.
 #pragma once
 
 #include "lltm_device.h"
@@ -12,6 +13,110 @@
 #include <type_traits>
 
 namespace lltm::cuda::detail {
+
+// Step t of the forward.
+template <typename T>
+struct StepForwardArgs {
+  const T* h; // h_{t-1}: [batch, state], dense
+  const T* w; // W_h, as in SequenceForwardArgs
+  int64_t ld_w;
+  // [batch, 3 * state], dense: P_t on entry; the activations [i | o | g]
+  // on exit when `save`, else unchanged.
+  T* z;
+  const T* bias; // [3 * state]
+  const T* c; // c_{t-1}: [batch, state], dense; may equal c_out
+  T* h_out; // h_t: [batch, state], dense
+  T* c_out; // c_t: [batch, state], dense
+  T* h_n; // a second copy of h_t (the last step), or nullptr
+  T* c_n; // of c_t, with h_n
+  bool save;
+  int64_t batch;
+  int64_t state;
+};
+
+template <typename T>
+__host__ __device__ __forceinline__ StepForwardArgs<T> step_of(
+    const FusedForwardArgs<T>& a,
+    int64_t t) {
+  const int64_t BS = a.batch * a.state;
+  const int64_t cell_step = a.save ? BS : 0; // else c_n, written over
+  const bool last = t == a.steps - 1;
+  StepForwardArgs<T> s{};
+  s.h = t == 0 ? a.h0 : a.output + (t - 1) * BS;
+  s.w = a.w;
+  s.ld_w = a.ld_w;
+  s.z = a.gates + t * 3 * BS;
+  s.bias = a.bias;
+  s.c = t == 0 ? a.c0 : a.cells + (t - 1) * cell_step;
+  s.h_out = a.output + t * BS;
+  s.c_out = a.cells + t * cell_step;
+  s.h_n = last ? a.h_n : nullptr;
+  s.c_n = last && a.save ? a.c_n : nullptr;
+  s.save = a.save;
+  s.batch = a.batch;
+  s.state = a.state;
+  return s;
+}
+
+// Step t of the backward. dc, the running cell gradient, is in the
+// workspace, updated in place.
+template <typename T>
+struct StepBackwardArgs {
+  Strided<T> grad_h; // grad_output[t], or none
+  // dZ_{t+1}: [batch, 3 * state], dense; nullptr at t = T - 1, where
+  // grad_h_n takes the place of dZ_{t+1} W_h and grad_c_n that of dc_t.
+  const T* dz_next;
+  Strided<T> grad_h_n;
+  Strided<T> grad_c_n;
+  const T* w; // W_h, as in SequenceForwardArgs
+  int64_t ld_w;
+  const T* cell; // c_t: [batch, state], dense
+  const T* gates; // the activations of step t: [batch, 3 * state], dense
+  T* dz; // dZ_t: [batch, 3 * state], dense
+  T* d_c0; // dc_{t-1} once more (t = 0), or nullptr
+  int64_t batch;
+  int64_t state;
+};
+
+template <typename T>
+__host__ __device__ __forceinline__ StepBackwardArgs<T> step_of(
+    const FusedBackwardArgs<T>& a,
+    int64_t t) {
+  const int64_t BS = a.batch * a.state;
+  const Strided3<T>& g = a.grad_output;
+  StepBackwardArgs<T> s{};
+  s.grad_h = {
+      g.data == nullptr ? nullptr : g.data + t * g.step_stride,
+      g.row_stride,
+      g.col_stride};
+  s.dz_next = t == a.steps - 1 ? nullptr : a.d_gates + (t + 1) * 3 * BS;
+  s.grad_h_n = a.grad_h_n;
+  s.grad_c_n = a.grad_c_n;
+  s.w = a.w;
+  s.ld_w = a.ld_w;
+  s.cell = a.cells + t * BS;
+  s.gates = a.gates + t * 3 * BS;
+  s.dz = a.d_gates + t * 3 * BS;
+  s.d_c0 = t == 0 ? a.d_c0 : nullptr;
+  s.batch = a.batch;
+  s.state = a.state;
+  return s;
+}
+
+// One launch per step: launch(step_of(a, t)) for t from the first step of
+// the direction to the last (the forward from 0, the backward from T - 1),
+// up to the first error.
+template <typename Args, typename Launch>
+cudaError_t each_step(const Args& a, bool backward, Launch&& launch) {
+  for (int64_t i = 0; i < a.steps; ++i) {
+    const int64_t t = backward ? a.steps - 1 - i : i;
+    if (const cudaError_t status = launch(step_of(a, t));
+        status != cudaSuccess) {
+      return status;
+    }
+  }
+  return cudaSuccess;
+}
 
 // The loop over k in [0, K), by chunks of C: group grp of KS takes chunks
 // grp, grp + KS, ..., and every group runs the same number of rounds (a
@@ -143,20 +248,20 @@ bool step_mma_runs(const DeviceLimits& limits) {
   }
 }
 
-// The launches there, for __half and __nv_bfloat16; sms: the device's
-// multiprocessors.
-
+// The launches there, for __half and __nv_bfloat16, of a whole sequence:
+// one cooperative launch per direction where every step's tiles fit on the
+// GPU at once, else one launch per step.
 template <typename T>
-cudaError_t launch_step_forward_mma(
-    const StepForwardArgs<T>& a,
-    int64_t sms,
+cudaError_t launch_fused_forward_mma(
+    const FusedForwardArgs<T>& a,
+    const DeviceLimits& limits,
     cudaStream_t stream);
 
 template <typename T>
-cudaError_t launch_step_backward_mma(
-    const StepBackwardArgs<T>& a,
+cudaError_t launch_fused_backward_mma(
+    const FusedBackwardArgs<T>& a,
     acc_t<T>* dc,
-    int64_t sms,
+    const DeviceLimits& limits,
     cudaStream_t stream);
 
 } // namespace lltm::cuda::detail

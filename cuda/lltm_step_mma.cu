@@ -18,21 +18,30 @@
 // shared memory, and each (row, column) of the epilogue is one thread's,
 // which adds the groups' sums in a fixed order: results repeat bit for bit,
 // and c (or dc) may be updated in place.
+//
+// Where the grid of a step fits on the GPU at once, one cooperative launch
+// per direction runs every step, a grid barrier between them (no launch,
+// and no host time, per step); else one launch per step.
 #include "lltm_step.h"
 
 #include "lltm_device.h"
 #include "lltm_sequence.h"
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 namespace lltm::cuda::detail {
 namespace {
 
+namespace cg = cooperative_groups;
 namespace wmma = nvcuda::wmma;
 
 constexpr int kFrag = 16; // a fragment's rows, columns and depth
@@ -51,6 +60,9 @@ struct MmaTile {
   static constexpr int BN = kFrag * NT_;
   static constexpr int group = 32 * MT_ * NT_; // threads of a group
   static constexpr int threads = group * KS;
+  // Blocks per multiprocessor that a cooperative launch asks room for: the
+  // more, the larger the grid that runs all steps in one launch.
+  static constexpr int resident = threads <= 256 ? 2 : 1;
 };
 
 // Whether this compilation pass has fragments of T: float16's from sm_70,
@@ -85,7 +97,10 @@ struct Staged {
   // Row r of the chunk is row rows(r) of src (-1: past the end), columns
   // [col0, col0 + W); columns from `cols` on read as zero. With V > 1 the
   // caller has made `cols`, ld and col0 multiples of V, and src aligned.
-  template <typename Rows>
+  // Shared: src was written by other blocks in this launch (the sequence's
+  // h or dZ, before the last barrier), so the loads go past L1, which is not
+  // coherent across multiprocessors.
+  template <bool Shared, typename Rows>
   __device__ __forceinline__ void fetch(
       const T* src,
       int64_t ld,
@@ -100,7 +115,17 @@ struct Staged {
       const int col = col0 + (e - r * per_row) * V;
       const int64_t row = e < vectors ? rows(r) : -1;
       if (row >= 0 && col < cols) {
-        v[l] = *reinterpret_cast<const Pack<T, V>*>(src + row * ld + col);
+        const T* p = src + row * ld + col;
+        if constexpr (!Shared) {
+          v[l] = *reinterpret_cast<const Pack<T, V>*>(p);
+        } else if constexpr (V == 8) {
+          *reinterpret_cast<uint4*>(&v[l]) =
+              __ldcg(reinterpret_cast<const uint4*>(p));
+        } else {
+          static_assert(V == 1, "a pack of 8 or 1");
+          *reinterpret_cast<unsigned short*>(&v[l]) =
+              __ldcg(reinterpret_cast<const unsigned short*>(p));
+        }
       } else {
 #pragma unroll
         for (int j = 0; j < V; ++j) {
@@ -124,9 +149,9 @@ struct Staged {
   }
 };
 
+// One step's tile of the forward.
 template <typename T, typename P, int V>
-__global__ void __launch_bounds__(P::threads)
-    step_forward_mma_kernel(const StepForwardArgs<T> a) {
+__device__ __forceinline__ void forward_tile(const StepForwardArgs<T>& a) {
   if constexpr (!has_fragments<T>()) {
     __trap(); // launched only where step_mma_runs
   } else {
@@ -157,7 +182,7 @@ __global__ void __launch_bounds__(P::threads)
       wmma::fill_fragment(acc[g], 0.0f);
     }
     auto fetch = [&](int k0) {
-      h_r.fetch(
+      h_r.template fetch<true>(
           a.h,
           S,
           [&](int r) { return b0 + r < B ? b0 + r : int64_t(-1); },
@@ -165,7 +190,7 @@ __global__ void __launch_bounds__(P::threads)
           S,
           tid);
       // Row g BN + jl of the chunk: row g S + j0 + jl of W_h.
-      w_r.fetch(
+      w_r.template fetch<false>(
           a.w,
           a.ld_w,
           [&](int r) {
@@ -222,9 +247,11 @@ __global__ void __launch_bounds__(P::threads)
   }
 }
 
+// One step's tile of the backward.
 template <typename T, typename P, int V>
-__global__ void __launch_bounds__(P::threads)
-    step_backward_mma_kernel(const StepBackwardArgs<T> a, float* dc) {
+__device__ __forceinline__ void backward_tile(
+    const StepBackwardArgs<T>& a,
+    float* dc) {
   if constexpr (!has_fragments<T>()) {
     __trap(); // launched only where step_mma_runs
   } else {
@@ -257,7 +284,7 @@ __global__ void __launch_bounds__(P::threads)
       wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float> acc;
       wmma::fill_fragment(acc, 0.0f);
       auto fetch = [&](int k0) {
-        d_r.fetch(
+        d_r.template fetch<true>(
             a.dz_next,
             K,
             [&](int r) { return b0 + r < B ? b0 + r : int64_t(-1); },
@@ -265,7 +292,7 @@ __global__ void __launch_bounds__(P::threads)
             K,
             tid);
         // Rows k0 + r of W_h, columns [j0, j0 + BN).
-        w_r.fetch(
+        w_r.template fetch<false>(
             a.w,
             a.ld_w,
             [&](int r) { return k0 + r < K ? int64_t(k0 + r) : int64_t(-1); },
@@ -312,6 +339,45 @@ __global__ void __launch_bounds__(P::threads)
   }
 }
 
+// One step per launch.
+template <typename T, typename P, int V>
+__global__ void __launch_bounds__(P::threads)
+    step_forward_mma_kernel(const StepForwardArgs<T> a) {
+  forward_tile<T, P, V>(a);
+}
+
+template <typename T, typename P, int V>
+__global__ void __launch_bounds__(P::threads)
+    step_backward_mma_kernel(const StepBackwardArgs<T> a, float* dc) {
+  backward_tile<T, P, V>(a, dc);
+}
+
+// Every step in one cooperative launch: the grid's blocks are resident at
+// once, and a grid barrier separates the steps.
+template <typename T, typename P, int V>
+__global__ void __launch_bounds__(P::threads, P::resident)
+    fused_forward_mma_kernel(const FusedForwardArgs<T> a) {
+  cg::grid_group grid = cg::this_grid();
+  for (int64_t t = 0; t < a.steps; ++t) {
+    if (t > 0) {
+      grid.sync(); // h_{t-1} is complete before any block reads it
+    }
+    forward_tile<T, P, V>(step_of(a, t));
+  }
+}
+
+template <typename T, typename P, int V>
+__global__ void __launch_bounds__(P::threads, P::resident)
+    fused_backward_mma_kernel(const FusedBackwardArgs<T> a, float* dc) {
+  cg::grid_group grid = cg::this_grid();
+  for (int64_t t = a.steps - 1; t >= 0; --t) {
+    if (t < a.steps - 1) {
+      grid.sync(); // dZ_{t+1} is complete before any block reads it
+    }
+    backward_tile<T, P, V>(step_of(a, t), dc);
+  }
+}
+
 // The tiles, from small to large: <16-row tiles, 16-column tiles, groups
 // over k, chunk>. As in lltm_step.cu, a launch takes the largest that still
 // fills every multiprocessor, or the smallest. At the small batches that
@@ -326,73 +392,151 @@ using Backward1 = MmaTile<2, 2, 2, 32>;
 using Backward2 = MmaTile<4, 2, 1, 64>;
 
 // 16-byte accesses where every row of both operands starts on 16 bytes and
-// the extents are whole vectors of 8.
+// the extents are whole vectors of 8: rows and w aligned, and the state a
+// multiple of 8 (every step's rows then start aligned too).
 template <typename T>
-bool packed(const T* rows, const T* w, int64_t ld_w, int64_t state) {
-  return state % 8 == 0 && ld_w % 8 == 0 && aligned16(rows) && aligned16(w);
-}
-
-template <typename T, typename P>
-cudaError_t forward_with(const StepForwardArgs<T>& a, cudaStream_t stream) {
-  const dim3 grid = grid_of<P>(a.batch, a.state);
-  if (packed(a.h, a.w, a.ld_w, a.state)) {
-    step_forward_mma_kernel<T, P, 8><<<grid, P::threads, 0, stream>>>(a);
-  } else {
-    step_forward_mma_kernel<T, P, 1><<<grid, P::threads, 0, stream>>>(a);
+bool packed(
+    std::initializer_list<const T*> rows,
+    const T* w,
+    int64_t ld_w,
+    int64_t state) {
+  bool aligned = aligned16(w);
+  for (const T* p : rows) {
+    aligned = aligned && aligned16(p);
   }
-  return cudaGetLastError();
+  return aligned && state % 8 == 0 && ld_w % 8 == 0;
 }
 
-template <typename T, typename P>
-cudaError_t backward_with(
-    const StepBackwardArgs<T>& a,
-    float* dc,
+// Whether a grid of `blocks` blocks of `kernel` can be resident at once on
+// this device, for a cooperative launch. The occupancy is asked once per
+// kernel and device.
+template <typename P>
+bool resident(const void* kernel, int64_t blocks, const DeviceLimits& limits) {
+  if (!limits.cooperative) {
+    return false;
+  }
+  static std::array<std::atomic<int>, 64> per_sm{}; // + 1, 0: not asked yet
+  std::atomic<int>& slot = per_sm[device_slot(limits.device)];
+  int known = slot.load(std::memory_order_acquire);
+  if (known == 0) {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &n, kernel, P::threads, 0) != cudaSuccess) {
+      (void)cudaGetLastError(); // not sticky: the steps run one per launch
+      return false;
+    }
+    known = n + 1;
+    slot.store(known, std::memory_order_release);
+  }
+  return int64_t(known - 1) * limits.multiprocessors >= blocks;
+}
+
+template <typename T, typename P, int V>
+cudaError_t forward_with(
+    const FusedForwardArgs<T>& a,
+    const DeviceLimits& limits,
     cudaStream_t stream) {
   const dim3 grid = grid_of<P>(a.batch, a.state);
-  if (packed(a.dz_next, a.w, a.ld_w, a.state)) {
-    step_backward_mma_kernel<T, P, 8><<<grid, P::threads, 0, stream>>>(a, dc);
-  } else {
-    step_backward_mma_kernel<T, P, 1><<<grid, P::threads, 0, stream>>>(a, dc);
+  const void* kernel =
+      reinterpret_cast<const void*>(&fused_forward_mma_kernel<T, P, V>);
+  if (a.steps > 1 && resident<P>(kernel, int64_t(grid.x) * grid.y, limits)) {
+    FusedForwardArgs<T> args = a;
+    void* params[] = {&args};
+    const cudaError_t launched = cudaLaunchCooperativeKernel(
+        kernel, grid, dim3(P::threads), params, 0, stream);
+    return launched != cudaSuccess ? launched : cudaGetLastError();
   }
-  return cudaGetLastError();
+  return each_step(a, false, [&](const StepForwardArgs<T>& step) {
+    step_forward_mma_kernel<T, P, V><<<grid, P::threads, 0, stream>>>(step);
+    return cudaGetLastError();
+  });
+}
+
+template <typename T, typename P, int V>
+cudaError_t backward_with(
+    const FusedBackwardArgs<T>& a,
+    float* dc,
+    const DeviceLimits& limits,
+    cudaStream_t stream) {
+  const dim3 grid = grid_of<P>(a.batch, a.state);
+  const void* kernel =
+      reinterpret_cast<const void*>(&fused_backward_mma_kernel<T, P, V>);
+  if (a.steps > 1 && resident<P>(kernel, int64_t(grid.x) * grid.y, limits)) {
+    FusedBackwardArgs<T> args = a;
+    void* params[] = {&args, &dc};
+    const cudaError_t launched = cudaLaunchCooperativeKernel(
+        kernel, grid, dim3(P::threads), params, 0, stream);
+    return launched != cudaSuccess ? launched : cudaGetLastError();
+  }
+  return each_step(a, true, [&](const StepBackwardArgs<T>& step) {
+    step_backward_mma_kernel<T, P, V>
+        <<<grid, P::threads, 0, stream>>>(step, dc);
+    return cudaGetLastError();
+  });
+}
+
+template <typename T, typename P>
+cudaError_t forward_tiles(
+    const FusedForwardArgs<T>& a,
+    const DeviceLimits& limits,
+    cudaStream_t stream) {
+  return packed({a.h0, a.output}, a.w, a.ld_w, a.state)
+      ? forward_with<T, P, 8>(a, limits, stream)
+      : forward_with<T, P, 1>(a, limits, stream);
+}
+
+template <typename T, typename P>
+cudaError_t backward_tiles(
+    const FusedBackwardArgs<T>& a,
+    float* dc,
+    const DeviceLimits& limits,
+    cudaStream_t stream) {
+  return packed({a.d_gates}, a.w, a.ld_w, a.state)
+      ? backward_with<T, P, 8>(a, dc, limits, stream)
+      : backward_with<T, P, 1>(a, dc, limits, stream);
 }
 
 } // namespace
 
 template <typename T>
-cudaError_t launch_step_forward_mma(
-    const StepForwardArgs<T>& a,
-    int64_t sms,
+cudaError_t launch_fused_forward_mma(
+    const FusedForwardArgs<T>& a,
+    const DeviceLimits& limits,
     cudaStream_t stream) {
+  const int64_t sms = limits.multiprocessors;
   if (fills<Forward2>(a.batch, a.state, sms)) {
-    return forward_with<T, Forward2>(a, stream);
+    return forward_tiles<T, Forward2>(a, limits, stream);
   }
   if (fills<Forward1>(a.batch, a.state, sms)) {
-    return forward_with<T, Forward1>(a, stream);
+    return forward_tiles<T, Forward1>(a, limits, stream);
   }
-  return forward_with<T, Forward0>(a, stream);
+  return forward_tiles<T, Forward0>(a, limits, stream);
 }
 
 template <typename T>
-cudaError_t launch_step_backward_mma(
-    const StepBackwardArgs<T>& a,
+cudaError_t launch_fused_backward_mma(
+    const FusedBackwardArgs<T>& a,
     acc_t<T>* dc,
-    int64_t sms,
+    const DeviceLimits& limits,
     cudaStream_t stream) {
+  const int64_t sms = limits.multiprocessors;
   if (fills<Backward2>(a.batch, a.state, sms)) {
-    return backward_with<T, Backward2>(a, dc, stream);
+    return backward_tiles<T, Backward2>(a, dc, limits, stream);
   }
   if (fills<Backward1>(a.batch, a.state, sms)) {
-    return backward_with<T, Backward1>(a, dc, stream);
+    return backward_tiles<T, Backward1>(a, dc, limits, stream);
   }
-  return backward_with<T, Backward0>(a, dc, stream);
+  return backward_tiles<T, Backward0>(a, dc, limits, stream);
 }
 
-#define LLTM_INSTANTIATE(T)                              \
-  template cudaError_t launch_step_forward_mma<T>(       \
-      const StepForwardArgs<T>&, int64_t, cudaStream_t); \
-  template cudaError_t launch_step_backward_mma<T>(      \
-      const StepBackwardArgs<T>&, acc_t<T>*, int64_t, cudaStream_t);
+#define LLTM_INSTANTIATE(T)                                           \
+  template cudaError_t launch_fused_forward_mma<T>(                   \
+      const FusedForwardArgs<T>&, const DeviceLimits&, cudaStream_t); \
+  template cudaError_t launch_fused_backward_mma<T>(                  \
+      const FusedBackwardArgs<T>&,                                    \
+      acc_t<T>*,                                                      \
+      const DeviceLimits&,                                            \
+      cudaStream_t);
 
 LLTM_INSTANTIATE(__half)
 LLTM_INSTANTIATE(__nv_bfloat16)

@@ -498,15 +498,18 @@ def test_cuda_fused_tiles(
 # run float16 and bfloat16: each tile on a GPU of 132 multiprocessors, with
 # 16-byte loads (state_size and state_size + input_features multiples of 8)
 # and element by element, at the edges: one row, a row and a column past a
-# tile, a short last tile, one step.
+# tile, a short last tile, one step. A grid that fits on the GPU at once (up
+# to 264 blocks of 256 threads on an H200) runs every step in one cooperative
+# launch, a larger one a launch per step.
 MMA_SHAPES = [
-    (1, 1, 3, 20),  # the 16x16 tiles, one row, by element
+    (1, 1, 3, 20),  # the 16x16 tiles, one row, by element, one step
     (2, 17, 5, 33),  # a row and a column past them
     (3, 16, 8, 128),  # the 16x16 tiles, packed
-    (2, 600, 8, 256),  # 32x32, packed
+    (2, 600, 8, 256),  # 32x32, packed, 152 blocks: cooperative
     (2, 600, 4, 250),  # 32x32, by element
-    (2, 1100, 8, 512),  # 64x32, packed
+    (2, 1100, 8, 512),  # 64x32, packed, 288 blocks: a launch per step
     (1, 1023, 7, 512),  # 64x32, by element (W_h's rows of 519), a short last tile
+    (5, 256, 8, 256),  # the 16x16 tiles, 256 blocks: cooperative, 5 steps
 ]
 
 
@@ -530,8 +533,8 @@ def test_cuda_fused_tensor_core_tiles(
 # persistent kernel in one block up to 256 elements of batch * state, up to
 # batch 16 or 4096 elements; the fused steps up to 2**26 multiply-adds per
 # recurrent product (2**24 in 16-bit types); cuBLAS beyond. Where the fused
-# steps run on tensor cores (bfloat16 from sm_80), the persistent kernel up
-# to 2048 elements and the fused steps up to 2**29 multiply-adds.
+# steps run on tensor cores (bfloat16 from sm_80), never the persistent
+# kernel, and the fused steps up to 2**29 multiply-adds.
 AUTO_EDGES = [
     (3, 2, 4, 128),
     (3, 3, 4, 128),
@@ -543,8 +546,6 @@ AUTO_EDGES = [
     (2, 342, 4, 256),
     (2, 341, 4, 128),
     (2, 342, 4, 128),
-    (3, 16, 4, 128),
-    (3, 17, 4, 128),
     (2, 682, 4, 512),
     (2, 683, 4, 512),
 ]
@@ -603,9 +604,11 @@ def test_cuda_runs_on_the_current_stream() -> None:
 
 @pytest.mark.cuda
 @pytest.mark.usefixtures("cuda_path")
-def test_cuda_graph_capture_and_replay() -> None:
-    layer = lltm.LLTMLayer(32, 128).cuda()
-    static_x = torch.randn(16, 16, 32, device="cuda")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_cuda_graph_capture_and_replay(dtype: torch.dtype) -> None:
+    """float16's fused steps are one cooperative launch per direction: a graph node too."""
+    layer = lltm.LLTMLayer(32, 128).to("cuda", dtype)
+    static_x = torch.randn(16, 16, 32, device="cuda", dtype=dtype)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side), torch.no_grad():
