@@ -407,11 +407,12 @@ bool packed(
   return aligned && state % 8 == 0 && ld_w % 8 == 0;
 }
 
-// Whether a grid of `blocks` blocks of `kernel` can be resident at once on
-// this device, for a cooperative launch. The occupancy is asked once per
-// kernel and device.
-template <typename P>
-bool resident(const void* kernel, int64_t blocks, const DeviceLimits& limits) {
+// Whether a grid of `blocks` blocks of Kernel (of `threads` threads) can be
+// resident at once on this device, for a cooperative launch. The occupancy
+// is asked once per kernel and device: kernels of the same tile differ in
+// their registers, so each keeps its own answer.
+template <auto Kernel>
+bool resident(int threads, int64_t blocks, const DeviceLimits& limits) {
   if (!limits.cooperative) {
     return false;
   }
@@ -420,8 +421,8 @@ bool resident(const void* kernel, int64_t blocks, const DeviceLimits& limits) {
   int known = slot.load(std::memory_order_acquire);
   if (known == 0) {
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &n, kernel, P::threads, 0) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kernel, threads, 0) !=
+        cudaSuccess) {
       (void)cudaGetLastError(); // not sticky: the steps run one per launch
       return false;
     }
@@ -437,9 +438,10 @@ cudaError_t forward_with(
     const DeviceLimits& limits,
     cudaStream_t stream) {
   const dim3 grid = grid_of<P>(a.batch, a.state);
-  const void* kernel =
-      reinterpret_cast<const void*>(&fused_forward_mma_kernel<T, P, V>);
-  if (a.steps > 1 && resident<P>(kernel, int64_t(grid.x) * grid.y, limits)) {
+  constexpr auto fused = &fused_forward_mma_kernel<T, P, V>;
+  const void* kernel = reinterpret_cast<const void*>(fused);
+  if (a.steps > 1 &&
+      resident<fused>(P::threads, int64_t(grid.x) * grid.y, limits)) {
     FusedForwardArgs<T> args = a;
     void* params[] = {&args};
     const cudaError_t launched = cudaLaunchCooperativeKernel(
@@ -459,9 +461,10 @@ cudaError_t backward_with(
     const DeviceLimits& limits,
     cudaStream_t stream) {
   const dim3 grid = grid_of<P>(a.batch, a.state);
-  const void* kernel =
-      reinterpret_cast<const void*>(&fused_backward_mma_kernel<T, P, V>);
-  if (a.steps > 1 && resident<P>(kernel, int64_t(grid.x) * grid.y, limits)) {
+  constexpr auto fused = &fused_backward_mma_kernel<T, P, V>;
+  const void* kernel = reinterpret_cast<const void*>(fused);
+  if (a.steps > 1 &&
+      resident<fused>(P::threads, int64_t(grid.x) * grid.y, limits)) {
     FusedBackwardArgs<T> args = a;
     void* params[] = {&args, &dc};
     const cudaError_t launched = cudaLaunchCooperativeKernel(
