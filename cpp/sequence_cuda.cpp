@@ -449,18 +449,22 @@ Path choose_path(
   if (path == Path::kSteps || path == Path::kFused) {
     return path;
   }
-  bool fits = false;
   bool tensor_cores = false;
+  bool wanted = false; // the persistent kernel, if it fits
+  bool fits = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, dtype, "lltm_sequence_fits", [&] {
         using K = kernel_t<scalar_t>;
-        fits = cuda::sequence_persistent_fits<K>(B, S, backward);
         tensor_cores = cuda::steps_on_tensor_cores<K>();
+        wanted =
+            path == Path::kPersistent || persistent_size(B, S, tensor_cores);
+        // Its plan asks the driver: only where it could run.
+        fits = wanted && cuda::sequence_persistent_fits<K>(B, S, backward);
       });
   const Path beyond = B * 3 * S * S <= fused_max_macs(dtype, tensor_cores)
       ? Path::kFused
       : Path::kSteps;
-  if (path == Path::kAuto && !persistent_size(B, S, tensor_cores)) {
+  if (!wanted) {
     return beyond;
   }
   if (path == Path::kPersistent) {
