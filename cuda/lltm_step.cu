@@ -1,8 +1,10 @@
-// Fused LLTM sequence steps: one launch per step and direction, the
-// recurrent GEMM with the cell's pointwise math in its epilogue. This is the
-// per-step path where W_h does not stay on chip (lltm_sequence.cu): no
-// pre-activation tensor makes a round trip through memory between a GEMM and
-// a pointwise kernel, and the host issues one plain launch per step.
+// Fused LLTM sequence steps: the recurrent GEMM with the cell's pointwise
+// math in its epilogue. This is the path where W_h does not stay on chip
+// (lltm_sequence.cu): no pre-activation tensor makes a round trip through
+// memory between a GEMM and a pointwise kernel. Where a step's grid fits on
+// the GPU at once, one cooperative launch per direction runs every step,
+// with a grid barrier between them; else the host issues one plain launch
+// per step (run_steps, lltm_step.h).
 //
 // Forward, step t (z holds P_t = input_t W_x^T on entry):
 //   Z = P_t + b + h_{t-1} W_h^T,  Z = [Z_i | Z_o | Z_c]
@@ -34,6 +36,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace lltm::cuda {
 namespace {
@@ -51,6 +54,10 @@ struct Tile {
   static constexpr int NY = BM / TM; // and along the rows
   static constexpr int group = NX * NY;
   static constexpr int threads = group * KS;
+  // Blocks per multiprocessor that a cooperative launch asks room for: one,
+  // so that the registers of a thread are not capped (at 128, for two, the
+  // tiles spill).
+  static constexpr int resident = 1;
 };
 
 // The k extent of a chunk: a chunk is one round trip to memory, and the
@@ -102,7 +109,8 @@ __device__ __forceinline__ bool reduce_groups(A (&acc)[N], A* partials) {
 
 // Chunk k0 of the rows operand, rows [b0, b0 + BM) of a dense [B, K]
 // matrix and columns [k0, k0 + C), into registers: this thread's elements
-// e = tid + l NG of the chunk, zero past the ends.
+// e = tid + l NG of the chunk, zero past the ends. The operand (h_{t-1} or
+// dZ_{t+1}) may come from other blocks of a cooperative launch.
 template <typename P, int C, int L, typename A, typename T>
 __device__ __forceinline__ void fetch_rows(
     A (&out)[L],
@@ -118,7 +126,9 @@ __device__ __forceinline__ void fetch_rows(
     const int r = e / C;
     const int64_t b = b0 + r;
     const int k = k0 + (e - r * C);
-    out[l] = e < P::BM * C && b < B && k < K ? widen(src[b * K + k]) : A(0);
+    out[l] = e < P::BM * C && b < B && k < K
+        ? widen(load_shared(src + b * K + k))
+        : A(0);
   }
 }
 
@@ -138,9 +148,9 @@ __device__ __forceinline__ void stash_rows(
   }
 }
 
+// One step's tile of the forward.
 template <typename T, typename P>
-__global__ void __launch_bounds__(P::threads)
-    step_forward_kernel(const StepForwardArgs<T> a) {
+__device__ __forceinline__ void forward_tile(const StepForwardArgs<T>& a) {
   using A = acc_t<T>;
   constexpr int BM = P::BM, BN = P::BN, TM = P::TM, TN = P::TN;
   constexpr int NX = P::NX, NY = P::NY, NG = P::group, KS = P::KS;
@@ -240,9 +250,10 @@ __global__ void __launch_bounds__(P::threads)
   }
 }
 
+// One step's tile of the backward.
 template <typename T, typename P>
-__global__ void __launch_bounds__(P::threads) step_backward_kernel(
-    const StepBackwardArgs<T> a,
+__device__ __forceinline__ void backward_tile(
+    const StepBackwardArgs<T>& a,
     acc_t<T>* __restrict__ dc) {
   using A = acc_t<T>;
   constexpr int BM = P::BM, BN = P::BN, TM = P::TM, TN = P::TN;
@@ -333,6 +344,53 @@ __global__ void __launch_bounds__(P::threads) step_backward_kernel(
   }
 }
 
+// Where the steps of T run on tensor cores (has_fragments), the kernels
+// here are never launched: their bodies are left out of those passes.
+template <typename T, typename P>
+__global__ void __launch_bounds__(P::threads)
+    step_forward_kernel(const StepForwardArgs<T> a) {
+  if constexpr (has_fragments<T>()) {
+    __trap();
+  } else {
+    forward_tile<T, P>(a);
+  }
+}
+
+template <typename T, typename P>
+__global__ void __launch_bounds__(P::threads)
+    step_backward_kernel(const StepBackwardArgs<T> a, acc_t<T>* dc) {
+  if constexpr (has_fragments<T>()) {
+    __trap();
+  } else {
+    backward_tile<T, P>(a, dc);
+  }
+}
+
+// Every step in one cooperative launch (run_steps, lltm_step.h).
+template <typename T, typename P>
+__global__ void __launch_bounds__(P::threads, P::resident)
+    fused_forward_kernel(const FusedForwardArgs<T> a) {
+  if constexpr (has_fragments<T>()) {
+    __trap();
+  } else {
+    every_step(a, false, [](const StepForwardArgs<T>& step) {
+      forward_tile<T, P>(step);
+    });
+  }
+}
+
+template <typename T, typename P>
+__global__ void __launch_bounds__(P::threads, P::resident)
+    fused_backward_kernel(const FusedBackwardArgs<T> a, acc_t<T>* dc) {
+  if constexpr (has_fragments<T>()) {
+    __trap();
+  } else {
+    every_step(a, true, [dc](const StepBackwardArgs<T>& step) {
+      backward_tile<T, P>(step, dc);
+    });
+  }
+}
+
 // The tiles, from small to large: <rows, columns, rows and columns per
 // thread, groups over k>. A launch takes the largest tile that still fills
 // every multiprocessor, or the smallest: at the batch sizes of this path a
@@ -347,57 +405,82 @@ using Backward1 = Tile<16, 64, 2, 4, 2>;
 using Backward2 = Tile<64, 64, 4, 4, 1>;
 using Backward3 = Tile<64, 128, 4, 8, 1>;
 
+// double keeps a launch per step: it is there to check gradients, and its
+// cooperative kernels would add half a megabyte per architecture to the
+// wheel.
 template <typename T, typename P>
-cudaError_t forward_with(const StepForwardArgs<T>& a, cudaStream_t stream) {
-  step_forward_kernel<T, P>
-      <<<grid_of<P>(a.batch, a.state), P::threads, 0, stream>>>(a);
-  return cudaGetLastError();
+constexpr auto fused_forward_of() {
+  if constexpr (std::is_same_v<T, double>) {
+    return nullptr;
+  } else {
+    return &fused_forward_kernel<T, P>;
+  }
+}
+
+template <typename T, typename P>
+constexpr auto fused_backward_of() {
+  if constexpr (std::is_same_v<T, double>) {
+    return nullptr;
+  } else {
+    return &fused_backward_kernel<T, P>;
+  }
+}
+
+template <typename T, typename P>
+cudaError_t forward_with(
+    const FusedForwardArgs<T>& a,
+    const DeviceLimits& limits,
+    cudaStream_t stream) {
+  return run_steps<fused_forward_of<T, P>(), &step_forward_kernel<T, P>>(
+      a, false, grid_of<P>(a.batch, a.state), P::threads, limits, stream);
 }
 
 template <typename T, typename P>
 cudaError_t backward_with(
-    const StepBackwardArgs<T>& a,
+    const FusedBackwardArgs<T>& a,
     acc_t<T>* dc,
+    const DeviceLimits& limits,
     cudaStream_t stream) {
-  step_backward_kernel<T, P>
-      <<<grid_of<P>(a.batch, a.state), P::threads, 0, stream>>>(a, dc);
-  return cudaGetLastError();
+  return run_steps<fused_backward_of<T, P>(), &step_backward_kernel<T, P>>(
+      a, true, grid_of<P>(a.batch, a.state), P::threads, limits, stream, dc);
 }
 
-// One step on CUDA cores, with the tile that suits its size.
+// The steps on CUDA cores, with the tile that suits their size.
 template <typename T>
-cudaError_t forward_step(
-    const StepForwardArgs<T>& a,
-    int64_t sms,
+cudaError_t forward_steps(
+    const FusedForwardArgs<T>& a,
+    const DeviceLimits& limits,
     cudaStream_t stream) {
+  const int64_t sms = limits.multiprocessors;
   if (fills<Forward3>(a.batch, a.state, sms)) {
-    return forward_with<T, Forward3>(a, stream);
+    return forward_with<T, Forward3>(a, limits, stream);
   }
   if (fills<Forward2>(a.batch, a.state, sms)) {
-    return forward_with<T, Forward2>(a, stream);
+    return forward_with<T, Forward2>(a, limits, stream);
   }
   if (fills<Forward1>(a.batch, a.state, sms)) {
-    return forward_with<T, Forward1>(a, stream);
+    return forward_with<T, Forward1>(a, limits, stream);
   }
-  return forward_with<T, Forward0>(a, stream);
+  return forward_with<T, Forward0>(a, limits, stream);
 }
 
 template <typename T>
-cudaError_t backward_step(
-    const StepBackwardArgs<T>& a,
+cudaError_t backward_steps(
+    const FusedBackwardArgs<T>& a,
     acc_t<T>* dc,
-    int64_t sms,
+    const DeviceLimits& limits,
     cudaStream_t stream) {
+  const int64_t sms = limits.multiprocessors;
   if (fills<Backward3>(a.batch, a.state, sms)) {
-    return backward_with<T, Backward3>(a, dc, stream);
+    return backward_with<T, Backward3>(a, dc, limits, stream);
   }
   if (fills<Backward2>(a.batch, a.state, sms)) {
-    return backward_with<T, Backward2>(a, dc, stream);
+    return backward_with<T, Backward2>(a, dc, limits, stream);
   }
   if (fills<Backward1>(a.batch, a.state, sms)) {
-    return backward_with<T, Backward1>(a, dc, stream);
+    return backward_with<T, Backward1>(a, dc, limits, stream);
   }
-  return backward_with<T, Backward0>(a, dc, stream);
+  return backward_with<T, Backward0>(a, dc, limits, stream);
 }
 
 } // namespace
@@ -419,10 +502,7 @@ cudaError_t launch_fused_forward(
       return launch_fused_forward_mma(a, limits, stream);
     }
   }
-  const int64_t sms = limits.multiprocessors;
-  return each_step(a, false, [&](const StepForwardArgs<T>& step) {
-    return forward_step(step, sms, stream);
-  });
+  return forward_steps(a, limits, stream);
 }
 
 template <typename T>
@@ -455,10 +535,7 @@ cudaError_t launch_fused_backward(
       return launch_fused_backward_mma(a, dc, limits, stream);
     }
   }
-  const int64_t sms = limits.multiprocessors;
-  return each_step(a, true, [&](const StepBackwardArgs<T>& step) {
-    return backward_step(step, dc, sms, stream);
-  });
+  return backward_steps(a, dc, limits, stream);
 }
 
 #define LLTM_INSTANTIATE(T)                         \

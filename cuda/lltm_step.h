@@ -9,6 +9,13 @@
 #include "lltm_device.h"
 #include "lltm_sequence.h"
 
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -116,6 +123,122 @@ cudaError_t each_step(const Args& a, bool backward, Launch&& launch) {
     }
   }
   return cudaSuccess;
+}
+
+// Where every step's grid fits on the GPU at once, one cooperative launch
+// per direction runs them all instead, a grid barrier between steps: no
+// launch and no host time per step, and a barrier costs less than a launch
+// gap. Each (row, column) of a step's epilogue stays with the same
+// thread from step to step, so c and dc are still read and written by one
+// thread; what other blocks wrote (h_{t-1}, dZ_{t+1}) is read with
+// load_shared.
+
+// Whether a grid of `blocks` blocks of Kernel (of `threads` threads) can be
+// resident at once on this device, for a cooperative launch. The occupancy
+// is asked once per kernel and device: kernels of the same tile differ in
+// their registers, so each keeps its own answer.
+template <auto Kernel>
+bool resident(int threads, int64_t blocks, const DeviceLimits& limits) {
+  if (!limits.cooperative) {
+    return false;
+  }
+  static std::array<std::atomic<int>, 64> per_sm{}; // + 1, 0: not asked yet
+  std::atomic<int>& slot = per_sm[device_slot(limits.device)];
+  int known = slot.load(std::memory_order_acquire);
+  if (known == 0) {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kernel, threads, 0) !=
+        cudaSuccess) {
+      (void)cudaGetLastError(); // not sticky: the steps run one per launch
+      return false;
+    }
+    known = n + 1;
+    slot.store(known, std::memory_order_release);
+  }
+  return int64_t(known - 1) * limits.multiprocessors >= blocks;
+}
+
+// Every step of a direction (the backward's when `backward`), on `grid`:
+// Fused(a, extra...) in one cooperative launch where the grid can be
+// resident at once (and Fused is not nullptr), else Step(step_of(a, t),
+// extra...) once per step.
+template <auto Fused, auto Step, typename Args, typename... Extra>
+cudaError_t run_steps(
+    const Args& a,
+    bool backward,
+    dim3 grid,
+    int threads,
+    const DeviceLimits& limits,
+    cudaStream_t stream,
+    Extra... extra) {
+  if constexpr (!std::is_same_v<decltype(Fused), std::nullptr_t>) {
+    if (a.steps > 1 &&
+        resident<Fused>(threads, int64_t(grid.x) * grid.y, limits)) {
+      Args args = a;
+      void* params[] = {&args, &extra...};
+      const cudaError_t launched = cudaLaunchCooperativeKernel(
+          reinterpret_cast<const void*>(Fused),
+          grid,
+          dim3(threads),
+          params,
+          0,
+          stream);
+      return launched != cudaSuccess ? launched : cudaGetLastError();
+    }
+  }
+  return each_step(a, backward, [&](const auto& step) {
+    Step<<<grid, threads, 0, stream>>>(step, extra...);
+    return cudaGetLastError();
+  });
+}
+
+// The steps of a direction inside Fused: tile(step_of(a, t)) for every t in
+// order, a grid barrier between them (h_{t-1}, or dZ_{t+1}, complete before
+// any block reads it).
+template <typename Args, typename Tile>
+__device__ __forceinline__ void every_step(
+    const Args& a,
+    bool backward,
+    Tile&& tile) {
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  for (int64_t i = 0; i < a.steps; ++i) {
+    if (i > 0) {
+      grid.sync();
+    }
+    tile(step_of(a, backward ? a.steps - 1 - i : i));
+  }
+}
+
+// A load of what other blocks of this launch wrote before its last grid
+// barrier: past L1, which is not coherent across multiprocessors.
+template <typename T>
+__device__ __forceinline__ T load_shared(const T* p) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __ushort_as_half(__ldcg(reinterpret_cast<const unsigned short*>(p)));
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __ushort_as_bfloat16(
+        __ldcg(reinterpret_cast<const unsigned short*>(p)));
+  } else {
+    return __ldcg(p);
+  }
+}
+
+// Whether this compilation pass has the WMMA fragments of T (float16's from
+// sm_70, bfloat16's from sm_80), as step_mma_runs asks of the device: where
+// it has, the steps of 16-bit types run on tensor cores, and their CUDA-core
+// kernels are never launched. The host pass compiles no kernel body.
+template <typename T>
+__host__ __device__ constexpr bool has_fragments() {
+  if constexpr (
+      !std::is_same_v<T, __half> && !std::is_same_v<T, __nv_bfloat16>) {
+    return false;
+  } else {
+#if defined(__CUDA_ARCH__)
+    return __CUDA_ARCH__ >= (std::is_same_v<T, __nv_bfloat16> ? 800 : 700);
+#else
+    return true;
+#endif
+  }
 }
 
 // The loop over k in [0, K), by chunks of C: group grp of KS takes chunks

@@ -27,13 +27,10 @@
 #include "lltm_device.h"
 #include "lltm_sequence.h"
 
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
 
-#include <array>
-#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
@@ -41,7 +38,6 @@
 namespace lltm::cuda::detail {
 namespace {
 
-namespace cg = cooperative_groups;
 namespace wmma = nvcuda::wmma;
 
 constexpr int kFrag = 16; // a fragment's rows, columns and depth
@@ -65,17 +61,6 @@ struct MmaTile {
   static constexpr int resident = threads <= 256 ? 2 : 1;
 };
 
-// Whether this compilation pass has fragments of T: float16's from sm_70,
-// bfloat16's from sm_80. The host pass compiles no kernel body.
-template <typename T>
-__host__ __device__ constexpr bool has_fragments() {
-#if defined(__CUDA_ARCH__)
-  return __CUDA_ARCH__ >= (std::is_same_v<T, __nv_bfloat16> ? 800 : 700);
-#else
-  return true;
-#endif
-}
-
 template <typename T>
 __device__ __forceinline__ T zero_bits() {
   if constexpr (std::is_same_v<T, __half>) {
@@ -98,8 +83,8 @@ struct Staged {
   // [col0, col0 + W); columns from `cols` on read as zero. With V > 1 the
   // caller has made `cols`, ld and col0 multiples of V, and src aligned.
   // Shared: src was written by other blocks in this launch (the sequence's
-  // h or dZ, before the last barrier), so the loads go past L1, which is not
-  // coherent across multiprocessors.
+  // h or dZ, before the last barrier), so the loads go past L1, as
+  // load_shared's.
   template <bool Shared, typename Rows>
   __device__ __forceinline__ void fetch(
       const T* src,
@@ -123,8 +108,7 @@ struct Staged {
               __ldcg(reinterpret_cast<const uint4*>(p));
         } else {
           static_assert(V == 1, "a pack of 8 or 1");
-          *reinterpret_cast<unsigned short*>(&v[l]) =
-              __ldcg(reinterpret_cast<const unsigned short*>(p));
+          v[l].v[0] = load_shared(p);
         }
       } else {
 #pragma unroll
@@ -352,30 +336,21 @@ __global__ void __launch_bounds__(P::threads)
   backward_tile<T, P, V>(a, dc);
 }
 
-// Every step in one cooperative launch: the grid's blocks are resident at
-// once, and a grid barrier separates the steps.
+// Every step in one cooperative launch (run_steps, lltm_step.h).
 template <typename T, typename P, int V>
 __global__ void __launch_bounds__(P::threads, P::resident)
     fused_forward_mma_kernel(const FusedForwardArgs<T> a) {
-  cg::grid_group grid = cg::this_grid();
-  for (int64_t t = 0; t < a.steps; ++t) {
-    if (t > 0) {
-      grid.sync(); // h_{t-1} is complete before any block reads it
-    }
-    forward_tile<T, P, V>(step_of(a, t));
-  }
+  every_step(a, false, [](const StepForwardArgs<T>& step) {
+    forward_tile<T, P, V>(step);
+  });
 }
 
 template <typename T, typename P, int V>
 __global__ void __launch_bounds__(P::threads, P::resident)
     fused_backward_mma_kernel(const FusedBackwardArgs<T> a, float* dc) {
-  cg::grid_group grid = cg::this_grid();
-  for (int64_t t = a.steps - 1; t >= 0; --t) {
-    if (t < a.steps - 1) {
-      grid.sync(); // dZ_{t+1} is complete before any block reads it
-    }
-    backward_tile<T, P, V>(step_of(a, t), dc);
-  }
+  every_step(a, true, [dc](const StepBackwardArgs<T>& step) {
+    backward_tile<T, P, V>(step, dc);
+  });
 }
 
 // The tiles, from small to large: <16-row tiles, 16-column tiles, groups
@@ -407,51 +382,15 @@ bool packed(
   return aligned && state % 8 == 0 && ld_w % 8 == 0;
 }
 
-// Whether a grid of `blocks` blocks of Kernel (of `threads` threads) can be
-// resident at once on this device, for a cooperative launch. The occupancy
-// is asked once per kernel and device: kernels of the same tile differ in
-// their registers, so each keeps its own answer.
-template <auto Kernel>
-bool resident(int threads, int64_t blocks, const DeviceLimits& limits) {
-  if (!limits.cooperative) {
-    return false;
-  }
-  static std::array<std::atomic<int>, 64> per_sm{}; // + 1, 0: not asked yet
-  std::atomic<int>& slot = per_sm[device_slot(limits.device)];
-  int known = slot.load(std::memory_order_acquire);
-  if (known == 0) {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kernel, threads, 0) !=
-        cudaSuccess) {
-      (void)cudaGetLastError(); // not sticky: the steps run one per launch
-      return false;
-    }
-    known = n + 1;
-    slot.store(known, std::memory_order_release);
-  }
-  return int64_t(known - 1) * limits.multiprocessors >= blocks;
-}
-
 template <typename T, typename P, int V>
 cudaError_t forward_with(
     const FusedForwardArgs<T>& a,
     const DeviceLimits& limits,
     cudaStream_t stream) {
-  const dim3 grid = grid_of<P>(a.batch, a.state);
-  constexpr auto fused = &fused_forward_mma_kernel<T, P, V>;
-  const void* kernel = reinterpret_cast<const void*>(fused);
-  if (a.steps > 1 &&
-      resident<fused>(P::threads, int64_t(grid.x) * grid.y, limits)) {
-    FusedForwardArgs<T> args = a;
-    void* params[] = {&args};
-    const cudaError_t launched = cudaLaunchCooperativeKernel(
-        kernel, grid, dim3(P::threads), params, 0, stream);
-    return launched != cudaSuccess ? launched : cudaGetLastError();
-  }
-  return each_step(a, false, [&](const StepForwardArgs<T>& step) {
-    step_forward_mma_kernel<T, P, V><<<grid, P::threads, 0, stream>>>(step);
-    return cudaGetLastError();
-  });
+  return run_steps<
+      &fused_forward_mma_kernel<T, P, V>,
+      &step_forward_mma_kernel<T, P, V>>(
+      a, false, grid_of<P>(a.batch, a.state), P::threads, limits, stream);
 }
 
 template <typename T, typename P, int V>
@@ -460,22 +399,10 @@ cudaError_t backward_with(
     float* dc,
     const DeviceLimits& limits,
     cudaStream_t stream) {
-  const dim3 grid = grid_of<P>(a.batch, a.state);
-  constexpr auto fused = &fused_backward_mma_kernel<T, P, V>;
-  const void* kernel = reinterpret_cast<const void*>(fused);
-  if (a.steps > 1 &&
-      resident<fused>(P::threads, int64_t(grid.x) * grid.y, limits)) {
-    FusedBackwardArgs<T> args = a;
-    void* params[] = {&args, &dc};
-    const cudaError_t launched = cudaLaunchCooperativeKernel(
-        kernel, grid, dim3(P::threads), params, 0, stream);
-    return launched != cudaSuccess ? launched : cudaGetLastError();
-  }
-  return each_step(a, true, [&](const StepBackwardArgs<T>& step) {
-    step_backward_mma_kernel<T, P, V>
-        <<<grid, P::threads, 0, stream>>>(step, dc);
-    return cudaGetLastError();
-  });
+  return run_steps<
+      &fused_backward_mma_kernel<T, P, V>,
+      &step_backward_mma_kernel<T, P, V>>(
+      a, true, grid_of<P>(a.batch, a.state), P::threads, limits, stream, dc);
 }
 
 template <typename T, typename P>

@@ -469,10 +469,15 @@ def test_cuda_paths_agree(
 
 # Each of the fused kernel's tiles, by the sizes that select it on a GPU of
 # 132 multiprocessors (an H200), at its edges: rows and columns past a
-# tile's end, one step, one row.
+# tile's end, one step, one row. A grid of at most one block per
+# multiprocessor runs every step in one cooperative launch, a larger one a
+# launch per step.
 FUSED_SHAPES = [
     (1, 1, 3, 20),  # the smallest tiles, one row
-    (2, 17, 5, 33),  # a row and a column past the smallest tiles
+    (2, 17, 5, 33),  # a row and a column past the smallest tiles: cooperative
+    (5, 64, 8, 128),  # the smallest tiles, 64 and 32 blocks: cooperative, 5 steps
+    (4, 16, 8, 512),  # cooperative, several rounds of chunks over k
+    (3, 33, 5, 97),  # cooperative, odd sizes
     (2, 300, 8, 256),  # forward 16x32
     (2, 600, 4, 256),  # backward 16x64
     (1, 1023, 8, 512),  # forward 64x32, backward 16x64, a short last tile
@@ -488,10 +493,12 @@ def test_cuda_fused_tiles(
 ) -> None:
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "fused")
     args = make_sequence(*shape, device="cuda", dtype=torch.float32)
-    for got, w in zip(
-        with_grads(lltm.lltm_sequence, args), reference_with_grads(args), strict=True
-    ):
-        assert_close_to_reference(got.cpu(), w)
+    got = with_grads(lltm.lltm_sequence, args)
+    for g, w in zip(got, reference_with_grads(args), strict=True):
+        assert_close_to_reference(g.cpu(), w)
+    # The groups' sums are added in a fixed order: bit for bit again.
+    for g, again in zip(got, with_grads(lltm.lltm_sequence, args), strict=True):
+        assert torch.equal(g, again)
 
 
 # The tensor-core kernels of the fused steps (cuda/lltm_step_mma.cu), which
@@ -606,7 +613,7 @@ def test_cuda_runs_on_the_current_stream() -> None:
 @pytest.mark.usefixtures("cuda_path")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 def test_cuda_graph_capture_and_replay(dtype: torch.dtype) -> None:
-    """float16's fused steps are one cooperative launch per direction: a graph node too."""
+    """The fused steps' cooperative launch (one per direction) is a graph node too."""
     layer = lltm.LLTMLayer(32, 128).to("cuda", dtype)
     static_x = torch.randn(16, 16, 32, device="cuda", dtype=dtype)
     side = torch.cuda.Stream()
