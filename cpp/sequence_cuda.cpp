@@ -4,9 +4,11 @@
 //               W_h in shared memory (cuda/lltm_sequence.cu states the
 //               math); cuBLAS GEMMs around it: the input projection before
 //               the forward, d_weights and d_input after the backward
-//   fused       per step, one kernel: the recurrent GEMM with the cell in
-//               its epilogue (cuda/lltm_step.cu), launched from a loop that
-//               makes no ATen call; the same GEMMs around it
+//   fused       per step, the recurrent GEMM with the cell in its epilogue
+//               (cuda/lltm_step.cu): every step in one cooperative launch
+//               per direction where the grid fits at once, else a launch
+//               per step from a loop that makes no ATen call; the same
+//               GEMMs around it
 //   steps       per step, one cuBLAS GEMM and the cell's pointwise kernel
 //               (cuda/lltm_kernel.cu), in ATen loops
 //
@@ -414,18 +416,28 @@ Path requested_path() {
   return Path::kAuto;
 }
 
-// What auto runs: the persistent kernel up to a batch of 16, or 4096
-// elements of batch * state_size (where it fits); the fused steps up to
-// fused_max_macs multiply-adds per recurrent product (batch * 3 state_size *
-// state_size); and cuBLAS's GEMMs beyond, where its large tiles win and the
-// launches are a small part of a step. Where the fused steps run on tensor
-// cores (lltm_step_mma.cu: float16 from sm_70, bfloat16 from sm_80), as one
-// cooperative launch per direction where their grid fits, they win over the
-// persistent kernel at every size (batch 1 too), and over cuBLAS up to 2^29
-// multiply-adds; on CUDA cores cuBLAS's tensor cores overtake them from 2^24
-// in 16-bit types. docs/performance.md has the measurements.
-bool persistent_size(int64_t batch, int64_t state, bool tensor_cores) {
-  return !tensor_cores && (batch <= 16 || batch * state <= 4096);
+// What auto runs: the persistent kernel up to 4096 elements of batch *
+// state_size (where it fits), and in float64 up to a batch of 16 as well; the
+// fused steps up to fused_max_macs multiply-adds per recurrent product (batch *
+// 3 state_size * state_size); and cuBLAS's GEMMs beyond, where its large tiles
+// win and the launches are a small part of a step. The fused steps of every
+// type but float64 run in one cooperative launch per direction where their grid
+// fits (lltm_step.cu), and so overtake the persistent kernel from batch *
+// state_size = 8192 on (batch 16 at state 512; with a launch per step, from
+// batch 17). Where they run on tensor cores (lltm_step_mma.cu: float16 from
+// sm_70, bfloat16 from sm_80) they win over the persistent kernel at every size
+// (batch 1 too), and over cuBLAS up to 2^29 multiply-adds; on CUDA cores
+// cuBLAS's tensor cores overtake them from 2^24 in 16-bit types.
+// docs/performance.md has the measurements.
+bool persistent_size(
+    int64_t batch,
+    int64_t state,
+    at::ScalarType dtype,
+    bool tensor_cores) {
+  if (tensor_cores) {
+    return false;
+  }
+  return batch * state <= 4096 || (dtype == at::kDouble && batch <= 16);
 }
 int64_t fused_max_macs(at::ScalarType dtype, bool tensor_cores) {
   if (tensor_cores) {
@@ -456,8 +468,8 @@ Path choose_path(
       at::kHalf, at::kBFloat16, dtype, "lltm_sequence_fits", [&] {
         using K = kernel_t<scalar_t>;
         tensor_cores = cuda::steps_on_tensor_cores<K>();
-        wanted =
-            path == Path::kPersistent || persistent_size(B, S, tensor_cores);
+        wanted = path == Path::kPersistent ||
+            persistent_size(B, S, dtype, tensor_cores);
         // Its plan asks the driver: only where it could run.
         fits = wanted && cuda::sequence_persistent_fits<K>(B, S, backward);
       });

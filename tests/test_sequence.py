@@ -538,13 +538,15 @@ def test_cuda_fused_tensor_core_tiles(
 
 # auto's thresholds (cpp/sequence_cuda.cpp), a size on each side: the
 # persistent kernel in one block up to 256 elements of batch * state, up to
-# batch 16 or 4096 elements; the fused steps up to 2**26 multiply-adds per
+# 4096 elements (in float64, up to batch 16 as well); the fused steps up to 2**26 multiply-adds per
 # recurrent product (2**24 in 16-bit types); cuBLAS beyond. Where the fused
 # steps run on tensor cores (bfloat16 from sm_80), never the persistent
 # kernel, and the fused steps up to 2**29 multiply-adds.
 AUTO_EDGES = [
     (3, 2, 4, 128),
     (3, 3, 4, 128),
+    (3, 8, 4, 512),
+    (3, 9, 4, 512),
     (3, 16, 4, 512),
     (3, 17, 4, 256),
     (2, 32, 4, 128),
@@ -559,7 +561,7 @@ AUTO_EDGES = [
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("shape", AUTO_EDGES, ids=lambda s: "T{}-B{}-F{}-S{}".format(*s))
 def test_cuda_auto_at_its_thresholds(
     monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, shape: tuple[int, int, int, int]
