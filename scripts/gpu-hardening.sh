@@ -44,7 +44,11 @@ if wants sanitizer; then
   # 16-bit cases: it does not see the bulk-copy stores of cuBLAS's Hopper
   # GEMMs, so that it reports every read of a float16 or bfloat16 GEMM's
   # output as uninitialized, ATen's own copy kernel's too (a probe with
-  # nothing of lltm's in it shows this). The four tools run side by side,
+  # nothing of lltm's in it shows this). It leaves out one float32 case too,
+  # fused_tiles' T2-B1200-F8-S510: ATen's own sum(0) of a [2400, 1530]
+  # float32 tensor (its d_bias) reads what initcheck counts as uninitialized
+  # (a probe of torch.randn(2400, 1530).sum(0) alone gives 114 reports, with
+  # HEAD's kernels and on the steps path alike). The four tools run side by side,
   # each over LLTM_SANITIZER_SHARDS shards of the tests (racecheck, the
   # slowest, over twice as many), a step per shard.
   keep="not compile and not graph and not 64bit and not 2_31 and not launches and not memory_stays_flat and not second_device and not gradcheck"
@@ -55,7 +59,7 @@ if wants sanitizer; then
     grep '::' >"$out/sanitizer-tests.txt"
   for tool in memcheck racecheck synccheck initcheck; do
     if [[ $tool == initcheck ]]; then
-      grep -v float16 "$out/sanitizer-tests.txt" >"$out/$tool-tests.txt"
+      grep -v -e float16 -e 'fused_tiles\[T2-B1200-F8-S510\]' "$out/sanitizer-tests.txt" >"$out/$tool-tests.txt"
     else
       cp "$out/sanitizer-tests.txt" "$out/$tool-tests.txt"
     fi
