@@ -98,10 +98,43 @@ void store(T* p, const Vec<T>& v, int64_t n) {
   }
 }
 
+// e^x in float on x86-64: Cephes' expf (a degree-5 polynomial after
+// reducing x by n ln 2, then 2^n built in the exponent bits), inline. Sleef's
+// expf, which Vectorized::exp calls, is an out-of-line call that spills
+// every live vector around it; the forward takes three exps per element.
+// Within 2 ulp of e^x; x is clamped to [-87.3, 88.37] (so that 2^n stays a
+// normal float), and NaN stays NaN. Other types and capabilities keep Sleef
+// (or at::vec's portable exp).
+template <typename V>
+V exp_fast(const V& x) {
+  using S = typename V::value_type;
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+  if constexpr (std::is_same_v<S, float>) {
+    // at::vec::clamp keeps NaN (x86's min and max return their second operand
+    // when either is NaN, and clamp passes x second).
+    const V a = at::vec::clamp(x, V(-87.3f), V(88.37f));
+    const V n = (a * V(1.44269504088896341f)).round();
+    V r = at::vec::fmadd(n, V(-0.693359375f), a);
+    r = at::vec::fmadd(n, V(2.12194440e-4f), r);
+    V p = at::vec::fmadd(V(1.9875691500e-4f), r, V(1.3981999507e-3f));
+    p = at::vec::fmadd(p, r, V(8.3334519073e-3f));
+    p = at::vec::fmadd(p, r, V(4.1665795894e-2f));
+    p = at::vec::fmadd(p, r, V(1.6666665459e-1f));
+    p = at::vec::fmadd(p, r, V(5.0000001201e-1f));
+    p = at::vec::fmadd(p, r * r, r + V(1));
+    // 2^n: (n + 127) << 23 as the bits of a float, computed in float, where
+    // it is exact (n + 127 is in [1, 254]).
+    const V bits = (n + V(127)) * V(8388608.0f);
+    return p * at::vec::cast<float>(at::vec::convert_to_int_of_same_size(bits));
+  }
+#endif
+  return x.exp();
+}
+
 template <typename V>
 V sigmoid(const V& z) {
   const V one(1);
-  return one / (one + z.neg().exp());
+  return one / (one + exp_fast(z.neg()));
 }
 
 // tanh in float: Cephes' tanhf, an odd polynomial below |x| = 0.625 and
@@ -119,7 +152,7 @@ V tanh(const V& x) {
     p = at::vec::fmadd(p, z, V(-3.33332819422e-1f));
     const V small = at::vec::fmadd(p * z, x, x);
     const V a = x.abs();
-    const V large = V(1) - V(2) / ((a + a).exp() + V(1));
+    const V large = V(1) - V(2) / (exp_fast(a + a) + V(1));
     return V::blendv(
         V::blendv(large, large.neg(), x < V(0)), small, a < V(0.625f));
   } else {
@@ -127,9 +160,29 @@ V tanh(const V& x) {
   }
 }
 
+// e^z - 1 for z <= 0 (elu's negative side): in float, e^z - 1 where that
+// loses nothing (z < -0.5) and Taylor's degree-8 polynomial above, inline
+// for the same reason as exp.
+template <typename V>
+V expm1_negative(const V& z) {
+  using S = typename V::value_type;
+  if constexpr (std::is_same_v<S, float>) {
+    V p = at::vec::fmadd(V(1.0f / 40320), z, V(1.0f / 5040));
+    p = at::vec::fmadd(p, z, V(1.0f / 720));
+    p = at::vec::fmadd(p, z, V(1.0f / 120));
+    p = at::vec::fmadd(p, z, V(1.0f / 24));
+    p = at::vec::fmadd(p, z, V(1.0f / 6));
+    p = at::vec::fmadd(p, z, V(0.5f));
+    const V near_zero = at::vec::fmadd(p * z, z, z);
+    return V::blendv(exp_fast(z) - V(1), near_zero, z >= V(-0.5f));
+  } else {
+    return z.expm1();
+  }
+}
+
 template <typename V>
 V elu(const V& z) {
-  return V::blendv(z.expm1(), z, z > V(0));
+  return V::blendv(expm1_negative(z), z, z > V(0));
 }
 
 template <typename T>

@@ -69,6 +69,58 @@ def assert_close_to_reference(got: torch.Tensor, want: torch.Tensor) -> None:
     torch.testing.assert_close(got.double(), want, rtol=tol["rtol"], atol=tol["atol"] * scale)
 
 
+def check_activations_over_their_range(device: str, dtype: torch.dtype) -> None:
+    """The pointwise math, at close to its dtype's rounding, from -100 to 100.
+
+    The bias alone makes the pre-activations (the weights are zero): dense
+    near zero, where ELU's e^z - 1 cancels, and out to where the sigmoids and
+    tanh saturate. Each activation is compared with float64 elementwise, at a
+    few units in the last place of float32 (1e-6): far tighter than
+    TOLERANCES, which are for whole steps.
+    """
+    z = torch.cat(
+        [
+            torch.linspace(-100, 100, 4001),
+            torch.linspace(-1, 1, 4001),
+            torch.logspace(-30, 0, 301).neg(),
+        ]
+    )
+    state = z.numel()
+    old_cell = torch.linspace(-3, 3, state)
+    bias = z.repeat(3)[None]
+    args = [
+        torch.zeros(1, 0),
+        torch.zeros(3 * state, state),
+        bias,
+        torch.zeros(1, state),
+        old_cell[None],
+    ]
+    outs = lltm._C.forward(*(a.to(device, dtype) for a in args))
+    z64, c64 = z.double(), old_cell.double()
+    i = o = torch.sigmoid(z64)
+    g = torch.nn.functional.elu(z64)
+    cell = c64 + g * i
+    # The cell's sum rounds to its terms' scale, and tanh carries that on.
+    terms = c64.abs() + (g * i).abs()
+    want = {
+        "new_h": (torch.tanh(cell) * o, terms),
+        "new_cell": (cell, terms),
+        "input_gate": (i, i),
+        "output_gate": (o, o),
+        "candidate_cell": (g, g.abs()),
+    }
+    eps = 1e-6 if dtype == torch.float32 else 1e-12
+    for name, got in zip(want, outs, strict=False):
+        value, scale = want[name]
+        # 2e-38, the smallest normal float: the sigmoids may flush below it.
+        error = (got[0].double().cpu() - value).abs() - eps * scale.abs() - 2e-38
+        worst = int(error.argmax())
+        assert error[worst] <= 0, (
+            f"{name} at z={z[worst].item():.6g}: got {got[0, worst].item():.9g}, "
+            f"want {value[worst].item():.9g}"
+        )
+
+
 def reference_step(args: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     """The reference's ``(new_h, new_cell, *input grads)`` in float64.
 

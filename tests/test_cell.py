@@ -10,7 +10,14 @@ import pytest
 import torch
 
 import lltm
-from helpers import DEVICES, assert_close_to_reference, make_inputs, reference_step, run_python
+from helpers import (
+    DEVICES,
+    assert_close_to_reference,
+    check_activations_over_their_range,
+    make_inputs,
+    reference_step,
+    run_python,
+)
 
 NAMES = ("input", "weights", "bias", "old_h", "old_cell")
 
@@ -180,8 +187,11 @@ def test_bias_gradient_does_not_depend_on_the_thread_count() -> None:
 CAPABILITY_CHECK = textwrap.dedent(
     """
     import torch, lltm
-    from helpers import assert_close_to_reference, make_inputs, reference_step
+    from helpers import (
+        assert_close_to_reference, check_activations_over_their_range, make_inputs, reference_step,
+    )
     torch.manual_seed(0)
+    check_activations_over_their_range("cpu", torch.float32)
     for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
         for shape in ((16, 32, 128), (7, 13, 33), (40, 3, 5)):
             args = make_inputs(*shape, dtype=dtype, requires_grad=True)
@@ -192,6 +202,13 @@ CAPABILITY_CHECK = textwrap.dedent(
     print(torch.backends.cpu.get_cpu_capability())
     """
 )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_activations_over_their_range(device: str, dtype: torch.dtype) -> None:
+    """sigmoid, ELU and tanh stay within a few ulp, at saturation and near zero."""
+    check_activations_over_their_range(device, dtype)
 
 
 @pytest.mark.parametrize("capability", ["default", "avx2", "avx512"])
