@@ -48,9 +48,10 @@ if wants sanitizer; then
   # fused_tiles' T2-B1200-F8-S510: ATen's own sum(0) of a [2400, 1530]
   # float32 tensor (its d_bias) reads what initcheck counts as uninitialized
   # (a probe of torch.randn(2400, 1530).sum(0) alone gives 114 reports, with
-  # HEAD's kernels and on the steps path alike). The four tools run side by side,
-  # each over LLTM_SANITIZER_SHARDS shards of the tests (racecheck, the
-  # slowest, over twice as many), a step per shard.
+  # the kernels before the cooperative float32 steps and on the steps path
+  # alike). The four tools run side by side, each over LLTM_SANITIZER_SHARDS
+  # shards of the tests (racecheck, the slowest, over twice as many), a step
+  # per shard.
   keep="not compile and not graph and not 64bit and not 2_31 and not launches and not memory_stays_flat and not second_device and not gradcheck"
   rm -f "$out"/*-shard-*
   # shellcheck disable=SC2086 # LLTM_SANITIZER_TESTS holds words
