@@ -76,7 +76,7 @@ def check_activations_over_their_range(device: str, dtype: torch.dtype) -> None:
     near zero, where ELU's e^z - 1 cancels, and out to where the sigmoids and
     tanh saturate. Each activation is compared with float64 elementwise, at a
     few units in the last place of float32 (1e-6): far tighter than
-    TOLERANCES, which are for whole steps.
+    TOLERANCES, which are for whole steps. Then NaN, inf and -inf.
     """
     z = torch.cat(
         [
@@ -118,6 +118,23 @@ def check_activations_over_their_range(device: str, dtype: torch.dtype) -> None:
         assert error[worst] <= 0, (
             f"{name} at z={z[worst].item():.6g}: got {got[0, worst].item():.9g}, "
             f"want {value[worst].item():.9g}"
+        )
+    # NaN stays NaN, and the infinities saturate.
+    special = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    bias = special.repeat(3)[None]
+    args = [torch.zeros(1, 0), torch.zeros(9, 3), bias, torch.zeros(1, 3), torch.zeros(1, 3)]
+    new_h, new_cell, i, o, g = (
+        t[0].cpu() for t in lltm._C.forward(*(a.to(device, dtype) for a in args))[:5]
+    )
+    nan = float("nan")
+    for name, got, want in (
+        ("input_gate", i, [nan, 1.0, 0.0]),
+        ("candidate_cell", g, [nan, float("inf"), -1.0]),
+        ("new_cell", new_cell, [nan, float("inf"), 0.0]),
+        ("new_h", new_h, [nan, 1.0, 0.0]),
+    ):
+        torch.testing.assert_close(
+            got.double(), torch.tensor(want, dtype=torch.float64), equal_nan=True, msg=name
         )
 
 
