@@ -106,11 +106,16 @@ void store(T* p, const Vec<T>& v, int64_t n) {
 // -100 to 100); x is clamped to [-87.3, 88.37] (so that 2^n stays a normal
 // float), and NaN stays NaN. Other types and capabilities keep Sleef
 // (or at::vec's portable exp).
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+constexpr bool kInlineExp = true;
+#else
+constexpr bool kInlineExp = false;
+#endif
+
 template <typename V>
 V exp_fast(const V& x) {
   using S = typename V::value_type;
-#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
-  if constexpr (std::is_same_v<S, float>) {
+  if constexpr (kInlineExp && std::is_same_v<S, float>) {
     // at::vec::clamp keeps NaN (x86's min and max return their second operand
     // when either is NaN, and clamp passes x second).
     const V a = at::vec::clamp(x, V(-87.3f), V(88.37f));
@@ -127,9 +132,9 @@ V exp_fast(const V& x) {
     // it is exact (n + 127 is in [1, 254]).
     const V bits = (n + V(127)) * V(8388608.0f);
     return p * at::vec::cast<float>(at::vec::convert_to_int_of_same_size(bits));
+  } else {
+    return x.exp();
   }
-#endif
-  return x.exp();
 }
 
 template <typename V>
@@ -161,13 +166,13 @@ V tanh(const V& x) {
   }
 }
 
-// e^z - 1 for z <= 0 (elu's negative side): in float, e^z - 1 where that
-// loses nothing (z < -0.5) and Taylor's degree-8 polynomial above, inline
-// for the same reason as exp.
+// e^z - 1 for z <= 0 (elu's negative side): where exp_fast is inline, e^z -
+// 1 where that loses nothing (z < -0.5) and Taylor's degree-8 polynomial
+// above, inline for the same reason as exp; elsewhere at::vec's expm1.
 template <typename V>
 V expm1_negative(const V& z) {
   using S = typename V::value_type;
-  if constexpr (std::is_same_v<S, float>) {
+  if constexpr (kInlineExp && std::is_same_v<S, float>) {
     V p = at::vec::fmadd(V(1.0f / 40320), z, V(1.0f / 5040));
     p = at::vec::fmadd(p, z, V(1.0f / 720));
     p = at::vec::fmadd(p, z, V(1.0f / 120));

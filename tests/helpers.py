@@ -78,6 +78,20 @@ def check_activations_over_their_range(device: str, dtype: torch.dtype) -> None:
     few units in the last place of float32 (1e-6): far tighter than
     TOLERANCES, which are for whole steps. Then NaN, inf and -inf.
     """
+
+    def pointwise(z: torch.Tensor, old_cell: torch.Tensor) -> list[torch.Tensor]:
+        """``_C.forward``'s first five outputs, in float64, with z in every gate."""
+        state = z.numel()
+        args = [
+            torch.zeros(1, 0),
+            torch.zeros(3 * state, state),
+            z.repeat(3)[None],
+            torch.zeros(1, state),
+            old_cell[None],
+        ]
+        outs = lltm._C.forward(*(a.to(device, dtype) for a in args))
+        return [t[0].double().cpu() for t in outs[:5]]
+
     z = torch.cat(
         [
             torch.linspace(-100, 100, 4001),
@@ -85,17 +99,8 @@ def check_activations_over_their_range(device: str, dtype: torch.dtype) -> None:
             torch.logspace(-30, 0, 301).neg(),
         ]
     )
-    state = z.numel()
-    old_cell = torch.linspace(-3, 3, state)
-    bias = z.repeat(3)[None]
-    args = [
-        torch.zeros(1, 0),
-        torch.zeros(3 * state, state),
-        bias,
-        torch.zeros(1, state),
-        old_cell[None],
-    ]
-    outs = lltm._C.forward(*(a.to(device, dtype) for a in args))
+    old_cell = torch.linspace(-3, 3, z.numel())
+    outs = pointwise(z, old_cell)
     z64, c64 = z.double(), old_cell.double()
     i = o = torch.sigmoid(z64)
     g = torch.nn.functional.elu(z64)
@@ -110,31 +115,27 @@ def check_activations_over_their_range(device: str, dtype: torch.dtype) -> None:
         "candidate_cell": (g, g.abs()),
     }
     eps = 1e-6 if dtype == torch.float32 else 1e-12
-    for name, got in zip(want, outs, strict=False):
+    for name, got in zip(want, outs, strict=True):
         value, scale = want[name]
         # 2e-38, the smallest normal float: the sigmoids may flush below it.
-        error = (got[0].double().cpu() - value).abs() - eps * scale.abs() - 2e-38
+        error = (got - value).abs() - eps * scale.abs() - 2e-38
         worst = int(error.argmax())
         assert error[worst] <= 0, (
-            f"{name} at z={z[worst].item():.6g}: got {got[0, worst].item():.9g}, "
+            f"{name} at z={z[worst].item():.6g}: got {got[worst].item():.9g}, "
             f"want {value[worst].item():.9g}"
         )
     # NaN stays NaN, and the infinities saturate.
     special = torch.tensor([float("nan"), float("inf"), -float("inf")])
-    bias = special.repeat(3)[None]
-    args = [torch.zeros(1, 0), torch.zeros(9, 3), bias, torch.zeros(1, 3), torch.zeros(1, 3)]
-    new_h, new_cell, i, o, g = (
-        t[0].cpu() for t in lltm._C.forward(*(a.to(device, dtype) for a in args))[:5]
-    )
+    new_h, new_cell, i, o, g = pointwise(special, torch.zeros(3))
     nan = float("nan")
-    for name, got, want in (
+    for name, got, expected in (
         ("input_gate", i, [nan, 1.0, 0.0]),
         ("candidate_cell", g, [nan, float("inf"), -1.0]),
         ("new_cell", new_cell, [nan, float("inf"), 0.0]),
         ("new_h", new_h, [nan, 1.0, 0.0]),
     ):
         torch.testing.assert_close(
-            got.double(), torch.tensor(want, dtype=torch.float64), equal_nan=True, msg=name
+            got, torch.tensor(expected, dtype=torch.float64), equal_nan=True, msg=name
         )
 
 
