@@ -169,6 +169,41 @@ __device__ __forceinline__ acc_t<T> load_element(
   return m.data == nullptr ? acc_t<T>(0) : load_present(m, row, col);
 }
 
+// The cell at (b, s) once a kernel has summed Z = X W^T there: adds the
+// bias, writes Z + b when asked (the tutorial's gate_weights), then
+// new_cell, new_h and the activations that c asks for (ForwardArgs; c.z is
+// not read).
+template <typename T>
+__device__ __forceinline__ void cell_outputs(
+    const ForwardArgs<T>& c,
+    int64_t b,
+    int64_t s,
+    acc_t<T> z_i,
+    acc_t<T> z_o,
+    acc_t<T> z_c) {
+  const int64_t S = c.state;
+  if (c.bias != nullptr) {
+    z_i += widen(c.bias[s]);
+    z_o += widen(c.bias[S + s]);
+    z_c += widen(c.bias[2 * S + s]);
+  }
+  if (c.z_with_bias != nullptr) {
+    T* z = c.z_with_bias + b * c.ld_z;
+    put(z + s, z_i);
+    put(z + S + s, z_o);
+    put(z + 2 * S + s, z_c);
+  }
+  const CellForward<acc_t<T>> f =
+      cell_forward(z_i, z_o, z_c, widen(c.old_cell[b * S + s]));
+  put(c.new_cell + b * S + s, f.cell);
+  put(c.new_h + b * S + s, f.h);
+  if (c.input_gate != nullptr) {
+    put(c.input_gate + b * c.ld_act + s, f.i);
+    put(c.output_gate + b * c.ld_act + s, f.o);
+    put(c.candidate_cell + b * c.ld_act + s, f.g);
+  }
+}
+
 // V elements moved as one access (16 bytes when V = 16 / sizeof(T)).
 template <typename T, int V>
 struct alignas(sizeof(T) * V) Pack {

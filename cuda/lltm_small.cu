@@ -68,26 +68,7 @@ __global__ void __launch_bounds__(kThreads)
     if (lane != 0) {
       continue;
     }
-    if (c.bias != nullptr) {
-      z_i += widen(c.bias[s]);
-      z_o += widen(c.bias[S + s]);
-      z_c += widen(c.bias[2 * S + s]);
-    }
-    if (c.z_with_bias != nullptr) {
-      T* z = c.z_with_bias + b * c.ld_z;
-      put(z + s, z_i);
-      put(z + S + s, z_o);
-      put(z + 2 * S + s, z_c);
-    }
-    const CellForward<A> f =
-        cell_forward(z_i, z_o, z_c, widen(c.old_cell[b * S + s]));
-    put(c.new_cell + b * S + s, f.cell);
-    put(c.new_h + b * S + s, f.h);
-    if (c.input_gate != nullptr) {
-      put(c.input_gate + b * c.ld_act + s, f.i);
-      put(c.output_gate + b * c.ld_act + s, f.o);
-      put(c.candidate_cell + b * c.ld_act + s, f.g);
-    }
+    cell_outputs(c, b, s, z_i, z_o, z_c);
   }
 }
 
