@@ -4,7 +4,10 @@
 // Each op is cuBLAS GEMMs through ATen around one fused pointwise kernel,
 // except for small problems (cuda::use_small_path), where the GEMMs run in
 // lltm's own kernels: the forward is then one kernel, and the backward's
-// GEMMs one more (cuda/lltm_small.cu says why):
+// GEMMs one more (cuda/lltm_small.cu says why). In float32, up to
+// cuda::use_tiled_path's size, the forward is one kernel too: a tiled GEMM
+// with the cell in its epilogue (cuda/lltm_step.cu); its backward is cuBLAS's
+// (cell_path says how a path is picked):
 //
 //   cell           Z = old_h W_h^T + input W_x^T (2 GEMMs), pointwise:
 //                  3 launches
@@ -38,6 +41,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
 #include <utility>
 
 namespace lltm {
@@ -112,9 +119,63 @@ void pointwise_forward(const ForwardTensors& t) {
       });
 }
 
-// The whole forward in one kernel (small problems): t.z is only written, as
-// the activations or as Z + b, and X when given.
-void small_forward(
+// Which kernels run a cell's GEMMs: lltm's own, in one launch per direction
+// (small, in float32 tiled for the forward), or cuBLAS through ATen around
+// the pointwise kernels.
+enum class Path { kSmall, kTiled, kCublas };
+
+// LLTM_CELL_PATH (auto, small, tiled or cublas; read at each call) forces
+// one, for tests and benchmarks; auto goes by size: the small kernels while
+// the GEMMs are a few million multiply-adds, the tiled forward in float32
+// up to cuda::use_tiled_path's bound, cuBLAS beyond (docs/performance.md has
+// the measurements). The backward of the tiled path runs on cuBLAS.
+Path cell_path(const Sizes& sizes, at::ScalarType dtype) {
+  const char* value = std::getenv("LLTM_CELL_PATH");
+  const int64_t B = sizes.batch;
+  const int64_t F = sizes.input_features;
+  const int64_t S = sizes.state_size;
+  if (value == nullptr || *value == '\0' || std::strcmp(value, "auto") == 0) {
+    if (cuda::use_small_path(B, F, S)) {
+      return Path::kSmall;
+    }
+    return dtype == at::kFloat && cuda::use_tiled_path(B, F, S) ? Path::kTiled
+                                                                : Path::kCublas;
+  }
+  if (std::strcmp(value, "small") == 0) {
+    return Path::kSmall;
+  }
+  if (std::strcmp(value, "cublas") == 0) {
+    return Path::kCublas;
+  }
+  TORCH_CHECK_VALUE(
+      std::strcmp(value, "tiled") == 0,
+      "LLTM_CELL_PATH=",
+      std::string(value),
+      ": expected auto, small, tiled or cublas (or unset, which is auto)");
+  TORCH_CHECK_VALUE(
+      dtype == at::kFloat,
+      "LLTM_CELL_PATH=tiled: the tiled kernels take float32, not ",
+      dtype);
+  return Path::kTiled;
+}
+
+template <typename T>
+cudaError_t launch_own_forward(
+    Path path,
+    const cuda::SmallForwardArgs<T>& args,
+    cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (path == Path::kTiled) {
+      return cuda::launch_tiled_forward(args, stream);
+    }
+  }
+  return cuda::launch_small_forward(args, stream);
+}
+
+// The whole forward in one kernel (the small or the tiled path): t.z is only
+// written, as the activations or as Z + b, and X when given.
+void own_forward(
+    Path path,
     const ForwardTensors& t,
     const at::Tensor& input,
     const at::Tensor& weights,
@@ -137,7 +198,7 @@ void small_forward(
         args.cell.z = nullptr;
         args.X = X ? out<scalar_t>(*X) : nullptr;
         args.input_features = input.size(1);
-        C10_CUDA_CHECK(cuda::launch_small_forward(args, stream));
+        C10_CUDA_CHECK(launch_own_forward(path, args, stream));
       });
 }
 
@@ -151,7 +212,7 @@ void Cuda::gemms_backward(
   const int64_t B = d_gates.size(0);
   const int64_t S = d_gates.size(1) / 3;
   const int64_t F = weights.size(1) - S;
-  if (!cuda::use_small_path(B, F, S)) {
+  if (cell_path({B, F, S}, d_gates.scalar_type()) != Path::kSmall) {
     backward_gemms(d_gates, X, weights, mask, result);
     return;
   }
@@ -249,10 +310,16 @@ CellResult Cuda::run(
   const auto options = old_cell.options();
   at::Tensor new_h = at::empty({B, S}, options);
   at::Tensor new_cell = at::empty({B, S}, options);
-  if (cuda::use_small_path(B, sizes.input_features, S)) {
+  if (const Path path = cell_path(sizes, old_cell.scalar_type());
+      path != Path::kCublas) {
     const at::Tensor none;
-    small_forward(
-        {none, bias, old_cell, new_h, new_cell}, input, weights, old_h, {});
+    own_forward(
+        path,
+        {none, bias, old_cell, new_h, new_cell},
+        input,
+        weights,
+        old_h,
+        {});
     return {new_h, new_cell};
   }
   at::Tensor z = at::empty({B, 3 * S}, options);
@@ -276,11 +343,12 @@ CellForwardResult Cuda::run(
   at::Tensor new_cell = at::empty({B, S}, options);
   const ForwardTensors t{gates, bias, old_cell, new_h, new_cell, &gates};
   std::optional<at::Tensor> X;
-  if (cuda::use_small_path(B, sizes.input_features, S)) {
+  if (const Path path = cell_path(sizes, old_cell.scalar_type());
+      path != Path::kCublas) {
     if (save_X) {
       X = at::empty({B, S + sizes.input_features}, options);
     }
-    small_forward(t, input, weights, old_h, X);
+    own_forward(path, t, input, weights, old_h, X);
     return {new_h, new_cell, gates, X};
   }
   if (save_X) {
@@ -299,17 +367,18 @@ ForwardResult Cuda::run(
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   const auto options = old_cell.options();
-  const bool small = cuda::use_small_path(B, sizes.input_features, S);
-  at::Tensor X = small ? at::empty({B, S + sizes.input_features}, options)
-                       : at::cat({old_h, input}, /*dim=*/1);
+  const Path path = cell_path(sizes, old_cell.scalar_type());
+  const bool own = path != Path::kCublas;
+  at::Tensor X = own ? at::empty({B, S + sizes.input_features}, options)
+                     : at::cat({old_h, input}, /*dim=*/1);
   at::Tensor gate_weights = at::empty({B, 3 * S}, options);
-  if (!small) {
+  if (!own) {
     gate_preactivations(gate_weights, input, weights, old_h, X);
   }
   backend::TutorialOutputs outputs(B, S, options);
   const ForwardTensors t = outputs.over(gate_weights, bias, old_cell);
-  if (small) {
-    small_forward(t, input, weights, old_h, X);
+  if (own) {
+    own_forward(path, t, input, weights, old_h, X);
   } else {
     pointwise_forward(t);
   }

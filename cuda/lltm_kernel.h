@@ -117,6 +117,17 @@ cudaError_t launch_small_forward(
     const SmallForwardArgs<T>& args,
     cudaStream_t stream);
 
+// The tiled path (lltm_step.cu), for float beyond the small path: the same
+// forward as launch_small_forward, with the GEMM in tiles through shared
+// memory (the sequence's fused-step kernels, over [old_h | input] and all of
+// W) and the cell in its epilogue: one launch, where cuBLAS would take a
+// copy for X, a GEMM and the pointwise kernel, each with its host time.
+bool use_tiled_path(int64_t batch, int64_t input_features, int64_t state);
+
+cudaError_t launch_tiled_forward(
+    const SmallForwardArgs<float>& a,
+    cudaStream_t stream);
+
 // The backward's GEMMs in one kernel, each output only when its pointer is
 // set: d_weights = dZ^T X, d_old_h = dZ W_h, d_input = dZ W_x.
 template <typename T>

@@ -27,6 +27,11 @@
 // (or dc) before writing it, so these may be updated in place. float16 and
 // bfloat16 compute in float here; on GPUs with tensor cores for them they
 // take lltm_step_mma.cu's kernels instead.
+//
+// The cell (lltm::cell, cell_forward and forward on the tiled path) is one
+// such forward step with X = [old_h | input] as the rows operand and all of
+// W = [W_h | W_x] as the weights, K = S + F, and no P_t: a launch in place of
+// a copy into X, a cuBLAS GEMM and the pointwise kernel.
 #include "lltm_step.h"
 
 #include "lltm_device.h"
@@ -148,10 +153,42 @@ __device__ __forceinline__ void stash_rows(
   }
 }
 
-// One step's tile of the forward.
-template <typename T, typename P>
-__device__ __forceinline__ void forward_tile(const StepForwardArgs<T>& a) {
+// Chunk k0 of the cell's rows operand X = [old_h | input] (K = S + F, read
+// through their strides) into registers, as fetch_rows does; the blocks of
+// the first column tile also copy X out, when asked.
+template <typename P, int C, int L, typename A, typename T>
+__device__ __forceinline__ void fetch_cell_rows(
+    A (&out)[L],
+    const SmallForwardArgs<T>& a,
+    int64_t b0,
+    int k0,
+    int tid) {
+  const int64_t S = a.cell.state;
+  const int64_t K = S + a.input_features;
+  const bool copy = a.X != nullptr && blockIdx.y == 0;
+#pragma unroll
+  for (int l = 0; l < L; ++l) {
+    const int e = tid + l * P::group;
+    const int r = e / C;
+    const int64_t b = b0 + r;
+    const int64_t k = k0 + (e - r * C);
+    const bool inside = e < P::BM * C && b < a.cell.batch && k < K;
+    out[l] = !inside ? A(0)
+        : k < S      ? load_present(a.old_h, b, k)
+                     : load_present(a.input, b, k - S);
+    if (copy && inside) {
+      put(a.X + b * K + k, out[l]);
+    }
+  }
+}
+
+// One step's tile of the forward: a sequence's (StepForwardArgs: the GEMM
+// over h_{t-1} and W_h, P_t added in the epilogue), or the cell's
+// (SmallForwardArgs: over [old_h | input] and all of W).
+template <typename T, typename P, typename Args>
+__device__ __forceinline__ void forward_tile(const Args& a) {
   using A = acc_t<T>;
+  constexpr bool cell = std::is_same_v<Args, SmallForwardArgs<T>>;
   constexpr int BM = P::BM, BN = P::BN, TM = P::TM, TN = P::TN;
   constexpr int NX = P::NX, NY = P::NY, NG = P::group, KS = P::KS;
   constexpr int C = chunk_of<A, P, 3>();
@@ -162,8 +199,18 @@ __device__ __forceinline__ void forward_tile(const StepForwardArgs<T>& a) {
   __shared__ A h_s[KS][C][BM + 1];
   __shared__ A w_s[KS][3][C][BN + 1];
   __shared__ A partials[KS > 1 ? (KS - 1) * 3 * TM * TN * NG : 1];
-  const int S = static_cast<int>(a.state);
-  const int64_t B = a.batch;
+  int S = 0;
+  int K = 0; // the GEMM's k extent
+  int64_t B = 0;
+  if constexpr (cell) {
+    S = static_cast<int>(a.cell.state);
+    K = S + static_cast<int>(a.input_features);
+    B = a.cell.batch;
+  } else {
+    S = static_cast<int>(a.state);
+    K = S;
+    B = a.batch;
+  }
   const int grp = static_cast<int>(threadIdx.x) / NG;
   const int tid = static_cast<int>(threadIdx.x) - grp * NG;
   const int tx = tid % NX;
@@ -173,7 +220,11 @@ __device__ __forceinline__ void forward_tile(const StepForwardArgs<T>& a) {
   A h_r[HL];
   A w_r[WL];
   auto fetch = [&](int k0) {
-    fetch_rows<P, C>(h_r, a.h, B, S, b0, k0, tid);
+    if constexpr (cell) {
+      fetch_cell_rows<P, C>(h_r, a, b0, k0, tid);
+    } else {
+      fetch_rows<P, C>(h_r, a.h, B, S, b0, k0, tid);
+    }
 #pragma unroll
     for (int l = 0; l < WL; ++l) {
       const int e = tid + l * NG;
@@ -181,9 +232,15 @@ __device__ __forceinline__ void forward_tile(const StepForwardArgs<T>& a) {
       const int g = row / BN;
       const int j = j0 + (row - g * BN);
       const int k = k0 + (e - row * C);
-      w_r[l] = e < 3 * BN * C && j < S && k < S
-          ? widen(a.w[(int64_t(g) * S + j) * a.ld_w + k])
-          : A(0);
+      if constexpr (cell) {
+        w_r[l] = e < 3 * BN * C && j < S && k < K
+            ? load_present(a.weights, int64_t(g) * S + j, k)
+            : A(0);
+      } else {
+        w_r[l] = e < 3 * BN * C && j < S && k < S
+            ? widen(a.w[(int64_t(g) * S + j) * a.ld_w + k])
+            : A(0);
+      }
     }
   };
   auto stash = [&]() {
@@ -203,7 +260,7 @@ __device__ __forceinline__ void forward_tile(const StepForwardArgs<T>& a) {
   for (int n = 0; n < 3 * TM * TN; ++n) {
     acc[n] = A(0);
   }
-  over_chunks<P::KS, C, 1>(S, grp, fetch, stash, [&](int kk) {
+  over_chunks<P::KS, C, 1>(K, grp, fetch, stash, [&](int kk) {
     A hv[TM];
     A wv[3][TN];
 #pragma unroll
@@ -238,13 +295,14 @@ __device__ __forceinline__ void forward_tile(const StepForwardArgs<T>& a) {
     for (int c = 0; c < TN; ++c) {
       const int j = j0 + tx + c * NX;
       if (b < B && j < S) {
-        step_forward_epilogue(
-            a,
-            b,
-            j,
-            acc[(0 * TM + r) * TN + c],
-            acc[(1 * TM + r) * TN + c],
-            acc[(2 * TM + r) * TN + c]);
+        const A z_i = acc[(0 * TM + r) * TN + c];
+        const A z_o = acc[(1 * TM + r) * TN + c];
+        const A z_c = acc[(2 * TM + r) * TN + c];
+        if constexpr (cell) {
+          cell_outputs(a.cell, b, j, z_i, z_o, z_c);
+        } else {
+          step_forward_epilogue(a, b, j, z_i, z_o, z_c);
+        }
       }
     }
   }
@@ -405,6 +463,23 @@ using Backward1 = Tile<16, 64, 2, 4, 2>;
 using Backward2 = Tile<64, 64, 4, 4, 1>;
 using Backward3 = Tile<64, 128, 4, 8, 1>;
 
+// The cell (SmallForwardArgs), in one launch: float only, where the wheel
+// takes this path (use_tiled_path).
+template <typename P>
+__global__ void __launch_bounds__(P::threads)
+    tiled_cell_kernel(const SmallForwardArgs<float> a) {
+  forward_tile<float, P>(a);
+}
+
+template <typename P>
+cudaError_t tiled_cell_with(
+    const SmallForwardArgs<float>& a,
+    cudaStream_t stream) {
+  tiled_cell_kernel<P>
+      <<<grid_of<P>(a.cell.batch, a.cell.state), P::threads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
 // double keeps a launch per step: it is there to check gradients, and its
 // cooperative kernels would add half a megabyte per architecture to the
 // wheel.
@@ -536,6 +611,36 @@ cudaError_t launch_fused_backward(
     }
   }
   return backward_steps(a, dc, limits, stream);
+}
+
+bool use_tiled_path(int64_t batch, int64_t input_features, int64_t state) {
+  // Up to 2^28 multiply-adds: beyond, cuBLAS's larger tiles win back more
+  // GPU time than its host time costs (docs/performance.md).
+  constexpr int64_t kMaxMacs = int64_t(1) << 28;
+  return batch > 0 && state > 0 &&
+      batch * 3 * state * (state + input_features) <= kMaxMacs;
+}
+
+cudaError_t launch_tiled_forward(
+    const SmallForwardArgs<float>& a,
+    cudaStream_t stream) {
+  if (a.cell.batch == 0 || a.cell.state == 0) {
+    return cudaSuccess;
+  }
+  int64_t sms = 0;
+  if (const cudaError_t status = multiprocessors(&sms); status != cudaSuccess) {
+    return status;
+  }
+  // Forward3 is left out: its registers spill with the strided loads.
+  const int64_t B = a.cell.batch;
+  const int64_t S = a.cell.state;
+  if (fills<Forward2>(B, S, sms)) {
+    return tiled_cell_with<Forward2>(a, stream);
+  }
+  if (fills<Forward1>(B, S, sms)) {
+    return tiled_cell_with<Forward1>(a, stream);
+  }
+  return tiled_cell_with<Forward0>(a, stream);
 }
 
 #define LLTM_INSTANTIATE(T)                         \

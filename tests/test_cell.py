@@ -274,6 +274,89 @@ def test_cuda_launches_per_step(grad: str) -> None:
     assert len(backward) <= (2 if grad == "params" else 4), backward
 
 
+# (batch, features, state) at the edges of the tiled forward's tiles (16 or
+# 64 rows, 8 or 32 state columns, chunks of k): one row, odd sizes, a row and
+# a column past a tile, k past a chunk, and sizes where auto takes the path.
+TILED_SIZES = [(1, 1, 1), (1, 3, 20), (17, 5, 33), (65, 100, 30), (300, 32, 128), (1030, 7, 70)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("path", ["small", "tiled", "cublas"])
+@pytest.mark.parametrize(("batch", "features", "state"), TILED_SIZES, ids=str)
+def test_cell_paths_match_the_reference(
+    monkeypatch: pytest.MonkeyPatch, path: str, batch: int, features: int, state: int
+) -> None:
+    """Each path of the cell's GEMMs, forced with LLTM_CELL_PATH, gives the reference's step."""
+    monkeypatch.setenv("LLTM_CELL_PATH", path)
+    args = make_inputs(batch, features, state, device="cuda", requires_grad=True)
+    new_h, new_cell = lltm.lltm(*args)
+    grads = torch.autograd.grad(new_h.sum() + 2 * new_cell.sum(), args)
+    for got, want in zip((new_h, new_cell, *grads), reference_step(args), strict=True):
+        assert_close_to_reference(got, want)
+    with torch.no_grad():  # lltm::cell, which saves nothing
+        no_grad = lltm.lltm(*args)
+    # The same bits where lltm's kernels run the GEMM; cuBLAS's two GEMMs
+    # without X (old_h W_h^T + input W_x^T) round differently from X W^T.
+    exact = {"rtol": 0, "atol": 0} if path != "cublas" else {}
+    torch.testing.assert_close(no_grad, (new_h, new_cell), **exact)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(("batch", "features", "state"), TILED_SIZES[2:], ids=str)
+def test_tiled_forward_gives_the_tutorial_outputs(
+    monkeypatch: pytest.MonkeyPatch, batch: int, features: int, state: int
+) -> None:
+    """The tutorial's seven outputs on the tiled path, against cuBLAS's; X copied bit for bit."""
+    args = [a.detach() for a in make_inputs(batch, features, state, device="cuda")]
+    input_, weights, bias, old_h, old_cell = args
+    # Strided operands: old_h a transposed view, the input a column slice.
+    old_h = old_h.t().contiguous().t()
+    input_ = torch.randn(batch, features + 3, device="cuda")[:, 1 : features + 1]
+    operands = (input_, weights, bias, old_h, old_cell)
+    monkeypatch.setenv("LLTM_CELL_PATH", "cublas")
+    want = lltm._C.forward(*(t.double() for t in operands))
+    monkeypatch.setenv("LLTM_CELL_PATH", "tiled")
+    got = lltm._C.forward(*operands)
+    assert torch.equal(got[5], torch.cat([old_h, input_], dim=1))  # X, copied
+    for g, w in zip(got, want, strict=True):
+        assert_close_to_reference(g, w)
+    again = lltm._C.forward(*operands)
+    assert all(torch.equal(a, g) for a, g in zip(again, got, strict=True))  # bitwise repeatable
+
+
+@pytest.mark.cuda
+@pytest.mark.filterwarnings("ignore:Warning. Profiler clears events at the end of each cycle")
+def test_tiled_forward_is_one_launch() -> None:
+    """From batch 128 on, float32 at 32 features and state 128: the forward is one kernel."""
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    cell = lltm.LLTM(32, 128).cuda()
+    x, h, c = (torch.randn(1024, n, device="cuda") for n in (32, 128, 128))
+    cell(x, (h, c))
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        cell(x, (h, c))
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert len(names) == 1, names
+    assert "tiled_cell_kernel" in names[0], names
+
+
+@pytest.mark.cuda
+def test_cell_path_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = make_inputs(4, 3, 5, device="cuda", dtype=torch.float64)
+    monkeypatch.setenv("LLTM_CELL_PATH", "fast")
+    with pytest.raises(
+        ValueError, match="LLTM_CELL_PATH=fast: expected auto, small, tiled or cublas"
+    ):
+        lltm.lltm(*args)
+    monkeypatch.setenv("LLTM_CELL_PATH", "tiled")
+    with pytest.raises(
+        ValueError, match="LLTM_CELL_PATH=tiled: the tiled kernels take float32, not Double"
+    ):
+        lltm.lltm(*args)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("batch", [1, 64, 65, 128])
