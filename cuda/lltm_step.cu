@@ -191,7 +191,9 @@ __device__ __forceinline__ void forward_tile(const Args& a) {
   constexpr bool cell = std::is_same_v<Args, SmallForwardArgs<T>>;
   constexpr int BM = P::BM, BN = P::BN, TM = P::TM, TN = P::TN;
   constexpr int NX = P::NX, NY = P::NY, NG = P::group, KS = P::KS;
-  constexpr int C = chunk_of<A, P, 3>();
+  // The cell's kernel runs two blocks per multiprocessor (its launch
+  // bounds), whose registers hold a chunk of 16 without spilling.
+  constexpr int C = cell ? 16 : chunk_of<A, P, 3>();
   // Elements of each operand's chunk per thread.
   constexpr int HL = (BM * C + NG - 1) / NG;
   constexpr int WL = (3 * BN * C + NG - 1) / NG;
@@ -464,9 +466,10 @@ using Backward2 = Tile<64, 64, 4, 4, 1>;
 using Backward3 = Tile<64, 128, 4, 8, 1>;
 
 // The cell (SmallForwardArgs), in one launch: float only, where the wheel
-// takes this path (use_tiled_path).
+// takes this path (use_tiled_path). Two blocks per multiprocessor: with one
+// (255 registers a thread), the warps could not hide the loads' latency.
 template <typename P>
-__global__ void __launch_bounds__(P::threads)
+__global__ void __launch_bounds__(P::threads, 2)
     tiled_cell_kernel(const SmallForwardArgs<float> a) {
   forward_tile<float, P>(a);
 }
