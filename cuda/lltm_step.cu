@@ -112,6 +112,17 @@ __device__ __forceinline__ bool reduce_groups(A (&acc)[N], A* partials) {
   return true;
 }
 
+// Element l of thread tid in chunk k0 of a rows operand: e in the chunk,
+// its batch row b and its k.
+template <typename P, int C>
+struct ChunkElement {
+  int e;
+  int64_t b;
+  int k;
+  __device__ __forceinline__ ChunkElement(int tid, int l, int64_t b0, int k0)
+      : e(tid + l * P::group), b(b0 + e / C), k(k0 + (e - (e / C) * C)) {}
+};
+
 // Chunk k0 of the rows operand, rows [b0, b0 + BM) of a dense [B, K]
 // matrix and columns [k0, k0 + C), into registers: this thread's elements
 // e = tid + l NG of the chunk, zero past the ends. The operand (h_{t-1} or
@@ -127,12 +138,9 @@ __device__ __forceinline__ void fetch_rows(
     int tid) {
 #pragma unroll
   for (int l = 0; l < L; ++l) {
-    const int e = tid + l * P::group;
-    const int r = e / C;
-    const int64_t b = b0 + r;
-    const int k = k0 + (e - r * C);
-    out[l] = e < P::BM * C && b < B && k < K
-        ? widen(load_shared(src + b * K + k))
+    const ChunkElement<P, C> x(tid, l, b0, k0);
+    out[l] = x.e < P::BM * C && x.b < B && x.k < K
+        ? widen(load_shared(src + x.b * K + x.k))
         : A(0);
   }
 }
@@ -168,16 +176,13 @@ __device__ __forceinline__ void fetch_cell_rows(
   const bool copy = a.X != nullptr && blockIdx.y == 0;
 #pragma unroll
   for (int l = 0; l < L; ++l) {
-    const int e = tid + l * P::group;
-    const int r = e / C;
-    const int64_t b = b0 + r;
-    const int64_t k = k0 + (e - r * C);
-    const bool inside = e < P::BM * C && b < a.cell.batch && k < K;
+    const ChunkElement<P, C> x(tid, l, b0, k0);
+    const bool inside = x.e < P::BM * C && x.b < a.cell.batch && x.k < K;
     out[l] = !inside ? A(0)
-        : k < S      ? load_present(a.old_h, b, k)
-                     : load_present(a.input, b, k - S);
+        : x.k < S    ? load_present(a.old_h, x.b, x.k)
+                     : load_present(a.input, x.b, x.k - S);
     if (copy && inside) {
-      put(a.X + b * K + k, out[l]);
+      put(a.X + x.b * K + x.k, out[l]);
     }
   }
 }
