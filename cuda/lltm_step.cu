@@ -59,28 +59,20 @@ struct Tile {
   static constexpr int NY = BM / TM; // and along the rows
   static constexpr int group = NX * NY;
   static constexpr int threads = group * KS;
-  // Blocks per multiprocessor that a cooperative launch asks room for: one,
-  // so that the registers of a thread are not capped (at 128, for two, the
-  // tiles spill).
-  static constexpr int resident = 1;
+  // Blocks per multiprocessor that the launch bounds ask room for: two.
+  // With one, a thread took up to 255 registers, and one block's 4 to 16
+  // warps per multiprocessor could not hide the latency of the loads (ncu:
+  // 37% of the issue slots busy); two blocks cap a thread at 128 registers
+  // (64 for the 512 threads of Backward0), which hold chunks of 16.
+  static constexpr int resident = 2;
 };
 
-// The k extent of a chunk: a chunk is one round trip to memory, and the
+// The k extent of a chunk. A chunk is one round trip to memory, and the
 // next one is loaded into registers while this one is multiplied, since at
-// these sizes a step is bound by the latency of its loads. So as long as
-// every group's tiles of both operands fit in shared memory beside the
-// partial sums, and a thread holds at most 32 elements of its next chunk,
-// up to 64.
-template <typename A, typename P, int Operands>
-__host__ __device__ constexpr int chunk_of() {
-  constexpr int partials = (P::KS - 1) * P::group * Operands * P::TM * P::TN;
-  constexpr int room = 45056 / static_cast<int>(sizeof(A)) - partials;
-  constexpr int per_k = P::KS * ((P::BM + 1) + Operands * (P::BN + 1));
-  constexpr int fit = room / per_k;
-  constexpr int held = 32 * P::group / (P::BM + Operands * P::BN);
-  constexpr int most = fit < held ? fit : held;
-  return most >= 64 ? 64 : (most >= 32 ? 32 : 16);
-}
+// these sizes a step is bound by the latency of its loads. Longer chunks (32
+// or 64) spill at two blocks per multiprocessor, and lose more to the lower
+// occupancy of one block than they save in rounds (docs/performance.md).
+constexpr int kChunk = 16;
 
 // With several groups, each has summed its chunks of k: groups 1.. leave
 // their sums in shared memory, and group 0 adds them in a fixed order (so
@@ -196,9 +188,7 @@ __device__ __forceinline__ void forward_tile(const Args& a) {
   constexpr bool cell = std::is_same_v<Args, SmallForwardArgs<T>>;
   constexpr int BM = P::BM, BN = P::BN, TM = P::TM, TN = P::TN;
   constexpr int NX = P::NX, NY = P::NY, NG = P::group, KS = P::KS;
-  // The cell's kernel runs two blocks per multiprocessor (its launch
-  // bounds), whose registers hold a chunk of 16 without spilling.
-  constexpr int C = cell ? 16 : chunk_of<A, P, 3>();
+  constexpr int C = kChunk;
   // Elements of each operand's chunk per thread.
   constexpr int HL = (BM * C + NG - 1) / NG;
   constexpr int WL = (3 * BN * C + NG - 1) / NG;
@@ -323,7 +313,7 @@ __device__ __forceinline__ void backward_tile(
   using A = acc_t<T>;
   constexpr int BM = P::BM, BN = P::BN, TM = P::TM, TN = P::TN;
   constexpr int NX = P::NX, NY = P::NY, NG = P::group, KS = P::KS;
-  constexpr int C = chunk_of<A, P, 1>();
+  constexpr int C = kChunk;
   constexpr int DL = (BM * C + NG - 1) / NG;
   constexpr int WL = (BN * C + NG - 1) / NG;
   __shared__ A dz_s[KS][C][BM + 1];
@@ -412,7 +402,7 @@ __device__ __forceinline__ void backward_tile(
 // Where the steps of T run on tensor cores (has_fragments), the kernels
 // here are never launched: their bodies are left out of those passes.
 template <typename T, typename P>
-__global__ void __launch_bounds__(P::threads)
+__global__ void __launch_bounds__(P::threads, P::resident)
     step_forward_kernel(const StepForwardArgs<T> a) {
   if constexpr (has_fragments<T>()) {
     __trap();
@@ -422,7 +412,7 @@ __global__ void __launch_bounds__(P::threads)
 }
 
 template <typename T, typename P>
-__global__ void __launch_bounds__(P::threads)
+__global__ void __launch_bounds__(P::threads, P::resident)
     step_backward_kernel(const StepBackwardArgs<T> a, acc_t<T>* dc) {
   if constexpr (has_fragments<T>()) {
     __trap();
@@ -471,10 +461,9 @@ using Backward2 = Tile<64, 64, 4, 4, 1>;
 using Backward3 = Tile<64, 128, 4, 8, 1>;
 
 // The cell (SmallForwardArgs), in one launch: float only, where the wheel
-// takes this path (use_tiled_path). Two blocks per multiprocessor: with one
-// (255 registers a thread), the warps could not hide the loads' latency.
+// takes this path (use_tiled_path).
 template <typename P>
-__global__ void __launch_bounds__(P::threads, 2)
+__global__ void __launch_bounds__(P::threads, P::resident)
     tiled_cell_kernel(const SmallForwardArgs<float> a) {
   forward_tile<float, P>(a);
 }

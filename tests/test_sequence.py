@@ -469,20 +469,20 @@ def test_cuda_paths_agree(
 
 # Each of the fused kernel's tiles, by the sizes that select it on a GPU of
 # 132 multiprocessors (an H200), at its edges: rows and columns past a
-# tile's end, one step, one row. A grid of at most one block per
-# multiprocessor runs every step in one cooperative launch, a larger one a
-# launch per step.
+# tile's end, one step, one row. A grid of at most two blocks per
+# multiprocessor (264) runs every step in one cooperative launch, a larger
+# one a launch per step.
 FUSED_SHAPES = [
-    (1, 1, 3, 20),  # the smallest tiles, one row
+    (1, 1, 3, 20),  # the smallest tiles, one row, one step
     (2, 17, 5, 33),  # a row and a column past the smallest tiles: cooperative
     (5, 64, 8, 128),  # the smallest tiles, 64 and 32 blocks: cooperative, 5 steps
     (4, 16, 8, 512),  # cooperative, several rounds of chunks over k
     (3, 33, 5, 97),  # cooperative, odd sizes
-    (2, 300, 8, 256),  # forward 16x32
-    (2, 600, 4, 256),  # backward 16x64
+    (2, 300, 8, 256),  # forward 16x32, 152 blocks: cooperative; backward 304: per step
+    (2, 600, 4, 256),  # forward 16x32, 304 blocks: per step; backward 16x64: cooperative
     (1, 1023, 8, 512),  # forward 64x32, backward 16x64, a short last tile
-    (2, 1200, 8, 510),  # forward 64x64, backward 64x64
-    (2, 2200, 4, 512),  # backward 64x128
+    (2, 1200, 8, 510),  # forward 64x64, backward 64x64: cooperative
+    (2, 2200, 4, 512),  # forward 64x64, 280 blocks: per step; backward 64x128: cooperative
 ]
 
 
