@@ -517,6 +517,8 @@ MMA_SHAPES = [
     (2, 1100, 8, 512),  # 64x32, packed, 288 blocks: a launch per step
     (1, 1023, 7, 512),  # 64x32, by element (W_h's rows of 519), a short last tile
     (5, 256, 8, 256),  # the 16x16 tiles, 256 blocks: cooperative, 5 steps
+    (2, 960, 8, 128),  # the 16x16 tiles, 480 blocks: a launch per step
+    (3, 961, 8, 128),  # 32x32 on 124 of the 132 (the 16x16 would be 488): cooperative
 ]
 
 
