@@ -416,19 +416,20 @@ Path requested_path() {
   return Path::kAuto;
 }
 
-// What auto runs: the persistent kernel up to 4096 elements of batch *
-// state_size (where it fits), and in float64 up to a batch of 16 as well; the
+// What auto runs: the persistent kernel up to a batch of 16 and 4096
+// elements of batch * state_size (where it fits; in float64 up to either); the
 // fused steps up to fused_max_macs multiply-adds per recurrent product (batch *
 // 3 state_size * state_size); and cuBLAS's GEMMs beyond, where its large tiles
 // win and the launches are a small part of a step. The fused steps of every
 // type but float64 run in one cooperative launch per direction where their grid
-// fits (lltm_step.cu), and so overtake the persistent kernel from batch *
-// state_size = 8192 on (batch 16 at state 512; with a launch per step, from
-// batch 17). Where they run on tensor cores (lltm_step_mma.cu: float16 from
-// sm_70, bfloat16 from sm_80) they win over the persistent kernel at every size
-// (batch 1 too), and over cuBLAS up to 2^29 multiply-adds; on CUDA cores
-// cuBLAS's tensor cores overtake them from 2^24 in 16-bit types.
-// docs/performance.md has the measurements.
+// fits (lltm_step.cu), and so overtake the persistent kernel from batch 17
+// (measured at states 64 and 128) and from batch * state_size = 8192 (batch
+// 16 at state 512); float64's fused steps take a launch each. Where they
+// run on tensor cores (lltm_step_mma.cu: float16 from sm_70, bfloat16 from
+// sm_80) they win over the persistent kernel at every size (batch 1 too), and
+// over cuBLAS up to 2^29 multiply-adds; on CUDA cores cuBLAS's tensor cores
+// overtake them from 2^24 in 16-bit types. docs/performance.md has the
+// measurements.
 bool persistent_size(
     int64_t batch,
     int64_t state,
@@ -437,7 +438,10 @@ bool persistent_size(
   if (tensor_cores) {
     return false;
   }
-  return batch * state <= 4096 || (dtype == at::kDouble && batch <= 16);
+  if (dtype == at::kDouble) { // a launch per fused step: no cooperative one
+    return batch * state <= 4096 || batch <= 16;
+  }
+  return batch <= 16 && batch * state <= 4096;
 }
 int64_t fused_max_macs(at::ScalarType dtype, bool tensor_cores) {
   if (tensor_cores) {

@@ -540,7 +540,7 @@ def test_cuda_fused_tensor_core_tiles(
 
 # auto's thresholds (cpp/sequence_cuda.cpp), a size on each side: the
 # persistent kernel in one block up to 256 elements of batch * state, up to
-# 4096 elements (in float64, up to batch 16 as well); the fused steps up to
+# batch 16 and 4096 elements (in float64, up to either); the fused steps up to
 # 2**26 multiply-adds per recurrent product (2**24 in 16-bit types); cuBLAS
 # beyond. Where the fused steps run on tensor cores (bfloat16 from sm_80),
 # never the persistent kernel, and the fused steps up to 2**29 multiply-adds.
@@ -551,6 +551,8 @@ AUTO_EDGES = [
     (3, 9, 4, 512),
     (3, 16, 4, 512),
     (3, 17, 4, 256),
+    (2, 16, 4, 128),
+    (2, 17, 4, 128),
     (2, 32, 4, 128),
     (2, 33, 4, 128),
     (2, 341, 4, 256),
