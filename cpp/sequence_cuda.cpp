@@ -313,6 +313,7 @@ StateGrads fused_backward(
 
 // --- the persistent path -----------------------------------------------------
 
+template <cuda::Exchange X>
 void persistent_forward(
     const Sizes& sizes,
     const ForwardInputs& inputs,
@@ -335,11 +336,12 @@ void persistent_forward(
         args.steps = sizes.steps;
         args.batch = sizes.batch;
         args.state = sizes.state_size;
-        C10_CUDA_CHECK(cuda::launch_sequence_forward(args, stream));
+        C10_CUDA_CHECK(cuda::launch_sequence_forward(args, X, stream));
       });
 }
 
 // The kernel also computes d_h0, when asked for.
+template <cuda::Exchange X>
 StateGrads persistent_backward(
     const Sizes& sizes,
     const BackwardInputs& inputs,
@@ -385,14 +387,14 @@ StateGrads persistent_backward(
             options.dtype(at::kByte));
         C10_CUDA_CHECK(
             cuda::launch_sequence_backward(
-                args, workspace.mutable_data_ptr(), stream));
+                args, X, workspace.mutable_data_ptr(), stream));
       });
   return {d_c0, mask[3] ? std::optional<at::Tensor>(d_h0) : std::nullopt};
 }
 
 // --- choosing the path -------------------------------------------------------
 
-enum class Path { kAuto, kPersistent, kFused, kSteps };
+enum class Path { kAuto, kPersistent, kCluster, kFused, kSteps };
 
 Path requested_path() {
   const char* value = std::getenv("LLTM_SEQUENCE_PATH");
@@ -401,6 +403,9 @@ Path requested_path() {
   }
   if (std::strcmp(value, "persistent") == 0) {
     return Path::kPersistent;
+  }
+  if (std::strcmp(value, "cluster") == 0) {
+    return Path::kCluster;
   }
   if (std::strcmp(value, "fused") == 0) {
     return Path::kFused;
@@ -412,7 +417,8 @@ Path requested_path() {
       false,
       "LLTM_SEQUENCE_PATH=",
       std::string(value),
-      ": expected auto, persistent, fused or steps (or unset, which is auto)");
+      ": expected auto, persistent, cluster, fused or steps (or unset, which "
+      "is auto)");
   return Path::kAuto;
 }
 
@@ -443,6 +449,15 @@ bool persistent_size(
   }
   return batch <= 16 && batch * state <= 4096;
 }
+// Where auto prefers the cluster (sm_90 on) to the cooperative grid, among
+// the sizes persistent_size gives a persistent kernel: up to 128 (row,
+// column) items per block of its 16 (batch * state_size / 16). Measured on
+// the H200, float32, GPU ms: 512,1,32,128 1.92 against the grid's 4.52;
+// 512,16,32,128 4.88 against 5.45; 512,1,256,512 5.40 against 10.48; but at
+// 512,16,128,256 (256 items) 11.85 against 8.04. docs/performance.md.
+bool cluster_size(int64_t batch, int64_t state) {
+  return batch * ((state + 15) / 16) <= 128;
+}
 int64_t fused_max_macs(at::ScalarType dtype, bool tensor_cores) {
   if (tensor_cores) {
     return int64_t(1) << 29;
@@ -466,16 +481,23 @@ Path choose_path(
     return path;
   }
   bool tensor_cores = false;
-  bool wanted = false; // the persistent kernel, if it fits
-  bool fits = false;
+  bool wanted = false; // a persistent kernel, if one fits
+  bool cluster = false; // the cluster's fits
+  bool grid = false; // the cooperative grid's fits
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, dtype, "lltm_sequence_fits", [&] {
         using K = kernel_t<scalar_t>;
         tensor_cores = cuda::steps_on_tensor_cores<K>();
-        wanted = path == Path::kPersistent ||
-            persistent_size(B, S, dtype, tensor_cores);
-        // Its plan asks the driver: only where it could run.
-        fits = wanted && cuda::sequence_persistent_fits<K>(B, S, backward);
+        wanted =
+            path != Path::kAuto || persistent_size(B, S, dtype, tensor_cores);
+        // Their plans ask the driver: only where they could run.
+        cluster = wanted && path != Path::kPersistent &&
+            (path == Path::kCluster || cluster_size(B, S)) &&
+            cuda::sequence_persistent_fits<K>(
+                      B, S, backward, cuda::Exchange::kCluster);
+        grid = wanted && path != Path::kCluster && !cluster &&
+            cuda::sequence_persistent_fits<K>(
+                   B, S, backward, cuda::Exchange::kGrid);
       });
   const Path beyond = B * 3 * S * S <= fused_max_macs(dtype, tensor_cores)
       ? Path::kFused
@@ -483,22 +505,37 @@ Path choose_path(
   if (!wanted) {
     return beyond;
   }
-  if (path == Path::kPersistent) {
+  const auto refuse = [&](const char* name, const char* why) {
     TORCH_CHECK(
-        fits,
+        false,
         op,
-        ": LLTM_SEQUENCE_PATH=persistent, but the persistent kernel cannot "
-        "run batch = ",
+        ": LLTM_SEQUENCE_PATH=",
+        name,
+        ", but the ",
+        name,
+        " kernel cannot run batch = ",
         std::to_string(B),
         ", state_size = ",
         std::to_string(S),
         " in ",
         std::string(c10::getDtypeNames(dtype).first),
-        " on this GPU (W_h's slices do not fit in the shared memory of its "
-        "multiprocessors, or it has no cooperative launch): unset it, or "
-        "set it to auto, fused or steps");
+        " on this GPU (",
+        why,
+        "): unset it, or set it to auto, fused or steps");
+  };
+  if (path == Path::kPersistent && !grid) {
+    refuse(
+        "persistent",
+        "W_h's slices do not fit in the shared memory of its "
+        "multiprocessors, or it has no cooperative launch");
   }
-  return fits ? Path::kPersistent : beyond;
+  if (path == Path::kCluster && !cluster) {
+    refuse(
+        "cluster",
+        "it has no thread-block clusters (sm_90 on), or W_h and the batch "
+        "do not fit in the shared memory and threads of one cluster");
+  }
+  return cluster ? Path::kCluster : grid ? Path::kPersistent : beyond;
 }
 
 struct Cuda {
@@ -509,12 +546,18 @@ struct Cuda {
       bool backward,
       const char* op) {
     static constexpr StepLoops kPersistent{
-        &persistent_forward, &persistent_backward};
+        &persistent_forward<cuda::Exchange::kGrid>,
+        &persistent_backward<cuda::Exchange::kGrid>};
+    static constexpr StepLoops kCluster{
+        &persistent_forward<cuda::Exchange::kCluster>,
+        &persistent_backward<cuda::Exchange::kCluster>};
     static constexpr StepLoops kFused{&fused_forward, &fused_backward};
     static constexpr StepLoops kSteps{&steps_forward, &steps_backward};
     switch (choose_path(sizes, dtype, backward, op)) {
       case Path::kPersistent:
         return kPersistent;
+      case Path::kCluster:
+        return kCluster;
       case Path::kFused:
         return kFused;
       default:

@@ -385,16 +385,389 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
   }
 }
 
+// --- one thread-block cluster (sm_90 on) ------------------------------------
+// Where the whole problem fits in the blocks of one cluster (up to 16 on
+// sm_90) with one (row, column) item per group of lanes, the blocks meet
+// between steps at the cluster's barrier, not the grid's. Each block writes
+// its columns of h_t (dZ_t) into its own shared memory, then copies them
+// into every other block's before it arrives at the barrier (distributed
+// shared memory), so that no block reads them back through L2. The tile is
+// double-buffered: a step reads buffer t % 2 while the blocks write the next
+// step's into the other one, and the one barrier a step keeps the two apart.
+// A thread keeps its item's cell state (dc in the backward), its bias and
+// the next step's inputs in registers, and loads those between its arrival
+// at the barrier and its wait there.
+//
+// Rows of W_h and of the tile run along k in packs of 16 bytes (zeros past
+// S), and their lengths leave 4 words over a multiple of 32, so that the
+// lanes of a warp read whole packs from distinct banks: a fourth of the
+// shared-memory instructions of a word at a time.
+
+template <typename A>
+struct alignas(16) Pack {
+  static constexpr int kSize = static_cast<int>(16 / sizeof(A));
+  A v[kSize];
+};
+
+template <typename A>
+__device__ __forceinline__ A dot(const Pack<A>& x, const Pack<A>& y, A sum) {
+#pragma unroll
+  for (int u = 0; u < Pack<A>::kSize; ++u) {
+    sum += x.v[u] * y.v[u];
+  }
+  return sum;
+}
+
+// How a cluster cuts the problem: `columns` (J) state columns per block,
+// all `rows` rows of the batch in one tile. Lengths are in elements of the
+// math type: `padded` is S rounded up to whole packs; `ld_w` the row length
+// of W_h's slice ([3 J][ld_w]: gate g, column jl, along k); `ld` the row
+// length of the tile, whose rows hold one segment of `padded` (the forward's
+// h) or three (the backward's dZ, a gate each).
+struct ClusterTiling {
+  int columns;
+  int rows;
+  int padded;
+  int ld_w;
+  int ld;
+  int lanes; // threads per item, as in Tiling
+};
+
+// The cluster's barrier in two halves. arrive has release semantics: this
+// thread's writes before it, into other blocks' shared memory too, are seen
+// by every thread of the cluster after its wait, which has acquire
+// semantics.
+[[maybe_unused]] __device__ __forceinline__ void cluster_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+[[maybe_unused]] __device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+// This block's columns of a tile (`segments` segments of `padded` in each
+// of `rows` rows of ld), which its threads have written into its own shared
+// memory, into the same place in every other block of the cluster: in packs
+// of 16 bytes where the block's columns are whole packs (state 128 over 16
+// blocks: 8 columns, two packs a row), else element by element. A store to
+// another block is one transaction of the cluster's network whatever its
+// width, so packs cut their number by up to four.
+template <typename A>
+__device__ __forceinline__ void share_columns(
+    A* tile,
+    const ClusterTiling& p,
+    int segments,
+    int S) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cg::cluster_group cluster = cg::this_cluster();
+  const int self = static_cast<int>(blockIdx.x);
+  const int others = static_cast<int>(gridDim.x) - 1;
+  const int j0 = self * p.columns;
+  if (j0 >= S) {
+    return; // a block past the last column has none
+  }
+  constexpr int kSize = Pack<A>::kSize;
+  const bool packed = p.columns % kSize == 0;
+  // Whole packs up to the segment's padded end; elements up to S.
+  const int width = packed ? (std::min(p.columns, p.padded - j0) / kSize)
+                           : std::min(p.columns, S - j0);
+  const int per_row = segments * width;
+  const int units = p.rows * per_row;
+  for (int e = threadIdx.x; e < units * others; e += blockDim.x) {
+    int rank = e / units;
+    rank += rank >= self ? 1 : 0;
+    const int u = e % units;
+    const int r = u / per_row;
+    const int segment = (u - r * per_row) / width;
+    const int q = u - r * per_row - segment * width;
+    A* at =
+        tile + r * p.ld + segment * p.padded + j0 + (packed ? q * kSize : q);
+    A* there = cluster.map_shared_rank(at, rank);
+    if (packed) {
+      *reinterpret_cast<Pack<A>*>(there) =
+          *reinterpret_cast<const Pack<A>*>(at);
+    } else {
+      *there = *at;
+    }
+  }
+#endif
+}
+
+// v as T stores it, in the math type: what a reader of the stored tensor
+// gets, so that every path feeds the next step the same values.
+template <typename T>
+__device__ __forceinline__ acc_t<T> as_stored(acc_t<T> v) {
+  T x;
+  put(&x, v);
+  return widen(x);
+}
+
+// This thread's item: one round covers the tile.
+struct ClusterItem {
+  int r; // the batch row
+  int jl; // the column in the block's slice
+  int j; // the state column
+  int part; // the thread's lane in its group
+  bool owner; // the group's first lane, on an item inside the problem
+  int64_t at; // r * S + j
+};
+
+[[maybe_unused]] __device__ __forceinline__ ClusterItem
+cluster_item(const ClusterTiling& p, int S) {
+  const int item = static_cast<int>(threadIdx.x) / p.lanes;
+  const int part = static_cast<int>(threadIdx.x) % p.lanes;
+  const bool inside = item < p.rows * p.columns;
+  const int r = inside ? item / p.columns : 0;
+  const int jl = inside ? item - r * p.columns : 0;
+  const int j = static_cast<int>(blockIdx.x) * p.columns + jl;
+  return {r, jl, j, part, inside && j < S && part == 0, int64_t(r) * S + j};
+}
+
+// W_h's slice into w_s[(g J + jl) ld_w + k]: forward W_h[g S + j][k],
+// backward W_h[g S + k][j] (j = blockIdx.x J + jl); zeros past S. The
+// tiles' buffers after it are zeroed, so that their padding reads as zeros;
+// returns their start.
+template <typename T, bool Backward>
+__device__ acc_t<T>* cluster_slice(
+    const T* w,
+    int64_t ld_w,
+    int S,
+    const ClusterTiling& p) {
+  using A = acc_t<T>;
+  extern __shared__ __align__(16) unsigned char shared[];
+  A* w_s = reinterpret_cast<A*>(shared);
+  const int J = p.columns;
+  const int j0 = static_cast<int>(blockIdx.x) * J;
+  const int n = 3 * J * p.padded;
+  for (int e = threadIdx.x; e < n; e += blockDim.x) {
+    // Adjacent threads read adjacent words of W_h: k, or in the backward jl.
+    int g, jl, k;
+    if constexpr (Backward) {
+      jl = e % J;
+      k = (e / J) % p.padded;
+      g = e / (J * p.padded);
+    } else {
+      k = e % p.padded;
+      jl = (e / p.padded) % J;
+      g = e / (J * p.padded);
+    }
+    const int j = j0 + jl;
+    A v = 0;
+    if (j < S && k < S) {
+      const int64_t row = Backward ? int64_t(g) * S + k : int64_t(g) * S + j;
+      v = widen(w[row * ld_w + (Backward ? j : k)]);
+    }
+    w_s[(g * J + jl) * p.ld_w + k] = v;
+  }
+  A* tiles = w_s + 3 * J * p.ld_w;
+  for (int e = threadIdx.x; e < 2 * p.rows * p.ld; e += blockDim.x) {
+    tiles[e] = 0;
+  }
+  __syncthreads(); // zeroed before the forward loads h0 over it
+  return tiles;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) cluster_forward_kernel(
+    const SequenceForwardArgs<T> a,
+    const ClusterTiling p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using A = acc_t<T>;
+  const int S = static_cast<int>(a.state);
+  const int B = static_cast<int>(a.batch);
+  A* h_s = cluster_slice<T, false>(a.w, a.ld_w, S, p);
+  const A* w_s = reinterpret_cast<const A*>(h_s) - 3 * p.columns * p.ld_w;
+  const int64_t BS = int64_t(B) * S;
+  const int buffer = p.rows * p.ld; // h_{t-1} of every row in buffer t % 2
+  for (int e = threadIdx.x; e < B * S; e += blockDim.x) {
+    h_s[(e / S) * p.ld + e % S] = widen(a.h0[e]);
+  }
+  const ClusterItem it = cluster_item(p, S);
+  const bool save = a.cells != nullptr;
+  A bi = 0, bo = 0, bc = 0, c = 0, pi = 0, po = 0, pc = 0;
+  if (it.owner) {
+    bi = widen(a.bias[it.j]);
+    bo = widen(a.bias[S + it.j]);
+    bc = widen(a.bias[2 * S + it.j]);
+    c = widen(a.c0[it.at]);
+    const T* z = a.gates + int64_t(it.r) * 3 * S;
+    pi = widen(z[it.j]);
+    po = widen(z[S + it.j]);
+    pc = widen(z[2 * S + it.j]);
+  }
+  // Every block of the cluster runs, with W_h and h0 in, before any block
+  // writes into another's shared memory.
+  cluster_arrive();
+  cluster_wait();
+  const int packs = p.padded / Pack<A>::kSize;
+  const auto* w_i = reinterpret_cast<const Pack<A>*>(w_s + it.jl * p.ld_w);
+  const auto* w_o =
+      reinterpret_cast<const Pack<A>*>(w_s + (p.columns + it.jl) * p.ld_w);
+  const auto* w_c =
+      reinterpret_cast<const Pack<A>*>(w_s + (2 * p.columns + it.jl) * p.ld_w);
+  for (int64_t t = 0; t < a.steps; ++t) {
+    const bool last = t == a.steps - 1;
+    const auto* h_r =
+        reinterpret_cast<const Pack<A>*>(h_s + (t & 1) * buffer + it.r * p.ld);
+    A zi = 0, zo = 0, zc = 0;
+    for (int u = it.part; u < packs; u += p.lanes) {
+      const Pack<A> h = h_r[u];
+      zi = dot(h, w_i[u], zi);
+      zo = dot(h, w_o[u], zo);
+      zc = dot(h, w_c[u], zc);
+    }
+    zi = sum_lanes(zi, p.lanes);
+    zo = sum_lanes(zo, p.lanes);
+    zc = sum_lanes(zc, p.lanes);
+    const CellForward<A> f =
+        cell_forward(zi + pi + bi, zo + po + bo, zc + pc + bc, c);
+    if (!last) {
+      A* next = h_s + ((t + 1) & 1) * buffer;
+      if (it.owner) {
+        next[it.r * p.ld + it.j] = as_stored<T>(f.h);
+      }
+      __syncthreads();
+      share_columns(next, p, 1, S);
+    }
+    cluster_arrive();
+    if (it.owner) {
+      T* z = a.gates + (t * B + it.r) * 3 * S;
+      put((save ? a.cells + t * BS : a.c_n) + it.at, f.cell);
+      put(a.output + t * BS + it.at, f.h);
+      if (save) {
+        put(z + it.j, f.i);
+        put(z + S + it.j, f.o);
+        put(z + 2 * S + it.j, f.g);
+      }
+      if (last) {
+        put(a.h_n + it.at, f.h);
+        put(a.c_n + it.at, f.cell);
+      } else {
+        c = as_stored<T>(f.cell);
+        const T* z_next = z + int64_t(B) * 3 * S;
+        pi = widen(z_next[it.j]);
+        po = widen(z_next[S + it.j]);
+        pc = widen(z_next[2 * S + it.j]);
+      }
+    }
+    cluster_wait();
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap(); // launched only where the device has clusters
+#endif
+}
+
+// The backward in one cluster: dc, the running cell gradient, stays in the
+// owner's registers, so it needs no workspace.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) cluster_backward_kernel(
+    const SequenceBackwardArgs<T> a,
+    const ClusterTiling p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using A = acc_t<T>;
+  const int S = static_cast<int>(a.state);
+  const int B = static_cast<int>(a.batch);
+  A* dz_s = cluster_slice<T, true>(a.w, a.ld_w, S, p);
+  const A* w_s = reinterpret_cast<const A*>(dz_s) - 3 * p.columns * p.ld_w;
+  const int64_t G = 3 * static_cast<int64_t>(S);
+  const int buffer = p.rows * p.ld; // dZ_t of every row in buffer t % 2
+  const int64_t end = a.d_h0 != nullptr ? -1 : 0;
+  const ClusterItem it = cluster_item(p, S);
+  // The loads of step t that do not wait for dZ_{t+1}.
+  A gh = 0, i = 0, o = 0, g = 0, tc = 0;
+  const auto load_step = [&](int64_t t) {
+    gh = load_element(a.grad_output, t, it.r, it.j);
+    const T* act = a.gates + (t * B + it.r) * G;
+    i = widen(act[it.j]);
+    o = widen(act[S + it.j]);
+    g = widen(act[2 * S + it.j]);
+    tc = tanh_(widen(a.cells[t * B * S + it.at]));
+  };
+  A dc = 0;
+  if (it.owner) {
+    load_step(a.steps - 1);
+    gh += load_element(a.grad_h_n, it.r, it.j);
+    dc = load_element(a.grad_c_n, it.r, it.j);
+  }
+  cluster_arrive(); // as in the forward
+  cluster_wait();
+  const int packs = p.padded / Pack<A>::kSize;
+  const auto* w_i = reinterpret_cast<const Pack<A>*>(w_s + it.jl * p.ld_w);
+  const auto* w_o =
+      reinterpret_cast<const Pack<A>*>(w_s + (p.columns + it.jl) * p.ld_w);
+  const auto* w_c =
+      reinterpret_cast<const Pack<A>*>(w_s + (2 * p.columns + it.jl) * p.ld_w);
+  for (int64_t t = a.steps - 1; t >= end; --t) {
+    A recurrent = 0; // dZ_{t+1} W_h at (r, j)
+    if (t != a.steps - 1) {
+      const A* row = dz_s + ((t + 1) & 1) * buffer + it.r * p.ld;
+      const auto* dz_i = reinterpret_cast<const Pack<A>*>(row);
+      const auto* dz_o = reinterpret_cast<const Pack<A>*>(row + p.padded);
+      const auto* dz_c = reinterpret_cast<const Pack<A>*>(row + 2 * p.padded);
+      A ri = 0, ro = 0, rc = 0;
+      for (int u = it.part; u < packs; u += p.lanes) {
+        ri = dot(dz_i[u], w_i[u], ri);
+        ro = dot(dz_o[u], w_o[u], ro);
+        rc = dot(dz_c[u], w_c[u], rc);
+      }
+      recurrent = sum_lanes(ri + ro + rc, p.lanes);
+    }
+    if (t < 0) { // the last pass: d_h0 = dZ_0 W_h
+      if (it.owner) {
+        put(a.d_h0 + it.at, recurrent);
+      }
+      break;
+    }
+    const CellBackward<A> d = cell_backward(i, o, g, tc, gh + recurrent, dc);
+    if (t > end) {
+      A* next = dz_s + (t & 1) * buffer;
+      if (it.owner) {
+        A* mine = next + it.r * p.ld + it.j;
+        mine[0] = as_stored<T>(d.dz_i);
+        mine[p.padded] = as_stored<T>(d.dz_o);
+        mine[2 * p.padded] = as_stored<T>(d.dz_c);
+      }
+      __syncthreads();
+      share_columns(next, p, 3, S);
+    }
+    cluster_arrive();
+    if (it.owner) {
+      T* dz = a.d_gates + (t * B + it.r) * G;
+      put(dz + it.j, d.dz_i);
+      put(dz + S + it.j, d.dz_o);
+      put(dz + 2 * S + it.j, d.dz_c);
+      dc = d.d_cell;
+      if (t == 0 && a.d_c0 != nullptr) {
+        put(a.d_c0 + it.at, d.d_cell);
+      }
+      if (t > 0) {
+        load_step(t - 1);
+      }
+    }
+    cluster_wait();
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap(); // launched only where the device has clusters
+#endif
+}
+
 struct Plan {
   bool fits;
-  Tiling tiling;
+  Tiling tiling; // of the grid
+  ClusterTiling cluster; // of the cluster
   int blocks;
   size_t shared_bytes;
 };
 
-template <typename T, bool Backward>
+template <typename T, bool Backward, Exchange X>
 const void* kernel_of() {
-  if constexpr (Backward) {
+  if constexpr (X == Exchange::kCluster) {
+    return Backward ? reinterpret_cast<const void*>(&cluster_backward_kernel<T>)
+                    : reinterpret_cast<const void*>(&cluster_forward_kernel<T>);
+  } else if constexpr (Backward) {
     return reinterpret_cast<const void*>(&sequence_backward_kernel<T>);
   } else {
     return reinterpret_cast<const void*>(&sequence_forward_kernel<T>);
@@ -409,13 +782,19 @@ const void* kernel_of() {
 // items than threads, lanes split each item's dot product.
 constexpr int64_t kItemsPerBlock = 32;
 
-template <typename T, bool Backward>
-cudaError_t plan(int64_t batch, int64_t state, Plan* out) {
-  using A = acc_t<T>;
-  *out = Plan{};
-  if (batch <= 0 || state <= 0) {
-    return cudaSuccess;
+// Threads per item: the most, up to a warp, that leave every item of a tile
+// of `items` a group in one round.
+int lanes_for(int64_t items) {
+  int lanes = 1;
+  while (lanes < 32 && items * lanes * 2 <= kThreads) {
+    lanes *= 2;
   }
+  return lanes;
+}
+
+template <typename T, bool Backward>
+cudaError_t plan_grid(int64_t batch, int64_t state, Plan* out) {
+  using A = acc_t<T>;
   DeviceLimits limits{};
   cudaError_t status = device_limits(&limits);
   if (status != cudaSuccess || !limits.cooperative ||
@@ -449,11 +828,7 @@ cudaError_t plan(int64_t batch, int64_t state, Plan* out) {
   const int64_t room = int64_t(limits.shared_bytes) - weight_bytes;
   const int64_t rows = std::min<int64_t>(batch, room / row_bytes);
   const size_t bytes = static_cast<size_t>(weight_bytes + rows * row_bytes);
-  int lanes = 1;
-  while (lanes < 32 && rows * columns * lanes * 2 <= kThreads) {
-    lanes *= 2;
-  }
-  const void* kernel = kernel_of<T, Backward>();
+  const void* kernel = kernel_of<T, Backward, Exchange::kGrid>();
   // Raised only when a launch needs more than before: after the first call
   // of a size, a call (say, during a CUDA graph capture) makes no driver
   // call to set it. The lock keeps the limit from going down when threads
@@ -490,16 +865,137 @@ cudaError_t plan(int64_t batch, int64_t state, Plan* out) {
       static_cast<int>(columns),
       static_cast<int>(rows),
       static_cast<int>(ld),
-      lanes};
+      lanes_for(rows * columns)};
   out->blocks = static_cast<int>(blocks);
   out->shared_bytes = bytes;
   return cudaSuccess;
 }
 
+// The most blocks of the cluster kernel that one cluster of this device
+// runs at the kernel's most shared memory (16, on sm_90, where the device
+// allows a cluster beyond the portable 8), or 0 where it has no clusters.
+// Asked once per kernel and device, at the most shared memory: one block
+// per multiprocessor, the fewest a cluster can be placed with.
+template <typename T, bool Backward>
+cudaError_t cluster_blocks(const DeviceLimits& limits, int* out) {
+  static std::array<std::atomic<int>, 64> known{}; // blocks + 1; 0: unasked
+  std::atomic<int>& here = known[device_slot(limits.device)];
+  const int seen = here.load(std::memory_order_acquire);
+  if (seen != 0) {
+    *out = seen - 1;
+    return cudaSuccess;
+  }
+  int blocks = 0;
+  if (limits.capability >= 90) {
+    const void* kernel = kernel_of<T, Backward, Exchange::kCluster>();
+    cudaError_t status = cudaFuncSetAttribute(
+        kernel,
+        cudaFuncAttributeMaxDynamicSharedMemorySize,
+        limits.shared_bytes);
+    if (status == cudaSuccess) {
+      status = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    }
+    for (const int n : {16, 8}) {
+      if (status != cudaSuccess || blocks != 0) {
+        break;
+      }
+      cudaLaunchAttribute attribute{};
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = static_cast<unsigned int>(n);
+      attribute.val.clusterDim.y = 1;
+      attribute.val.clusterDim.z = 1;
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(static_cast<unsigned int>(n));
+      config.blockDim = dim3(kThreads);
+      config.dynamicSmemBytes = static_cast<size_t>(limits.shared_bytes);
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      int clusters = 0;
+      status = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+      if (status == cudaSuccess && clusters > 0) {
+        blocks = n;
+      }
+    }
+    if (status != cudaSuccess) {
+      return status;
+    }
+  }
+  here.store(blocks + 1, std::memory_order_release);
+  *out = blocks;
+  return cudaSuccess;
+}
+
+// A row length for n elements: n rounded up to 128 bytes, plus 16, so that
+// packs at the same column of adjacent rows fall in distinct banks.
+int64_t banked(int64_t n, int64_t element_bytes) {
+  const int64_t bytes = (n * element_bytes + 127) / 128 * 128 + 16;
+  return bytes / element_bytes;
+}
+
+template <typename T, bool Backward>
+cudaError_t plan_cluster(int64_t batch, int64_t state, Plan* out) {
+  using A = acc_t<T>;
+  DeviceLimits limits{};
+  cudaError_t status = device_limits(&limits);
+  if (status != cudaSuccess) {
+    return status;
+  }
+  int most = 0;
+  status = cluster_blocks<T, Backward>(limits, &most);
+  if (status != cudaSuccess || most == 0) {
+    return status;
+  }
+  // As many blocks as a cluster holds (a power of two), or fewer where the
+  // state has fewer columns.
+  int64_t blocks = 1;
+  while (blocks < most && blocks < state) {
+    blocks *= 2;
+  }
+  const int64_t columns = (state + blocks - 1) / blocks;
+  if (batch * columns > kThreads) {
+    return cudaSuccess; // more items than one round of a block's threads
+  }
+  constexpr int64_t kSize = Pack<A>::kSize;
+  const int64_t padded = (state + kSize - 1) / kSize * kSize;
+  const int64_t ld_w = banked(padded, sizeof(A));
+  const int64_t ld = banked((Backward ? 3 : 1) * padded, sizeof(A));
+  const int64_t bytes =
+      (3 * columns * ld_w + 2 * batch * ld) * int64_t(sizeof(A));
+  if (bytes > limits.shared_bytes) {
+    return cudaSuccess;
+  }
+  out->fits = true;
+  out->cluster = ClusterTiling{
+      static_cast<int>(columns),
+      static_cast<int>(batch),
+      static_cast<int>(padded),
+      static_cast<int>(ld_w),
+      static_cast<int>(ld),
+      lanes_for(batch * columns)};
+  out->blocks = static_cast<int>(blocks);
+  out->shared_bytes = static_cast<size_t>(bytes);
+  return cudaSuccess;
+}
+
+template <typename T, bool Backward>
+cudaError_t plan(int64_t batch, int64_t state, Exchange x, Plan* out) {
+  *out = Plan{};
+  if (batch <= 0 || state <= 0) {
+    return cudaSuccess;
+  }
+  return x == Exchange::kCluster ? plan_cluster<T, Backward>(batch, state, out)
+                                 : plan_grid<T, Backward>(batch, state, out);
+}
+
 template <typename T, bool Backward, typename Args>
-cudaError_t launch(const Args& args, acc_t<T>* workspace, cudaStream_t stream) {
+cudaError_t launch(
+    const Args& args,
+    Exchange x,
+    acc_t<T>* workspace,
+    cudaStream_t stream) {
   Plan p{};
-  const cudaError_t status = plan<T, Backward>(args.batch, args.state, &p);
+  const cudaError_t status = plan<T, Backward>(args.batch, args.state, x, &p);
   if (status != cudaSuccess) {
     return status;
   }
@@ -507,26 +1003,52 @@ cudaError_t launch(const Args& args, acc_t<T>* workspace, cudaStream_t stream) {
     return cudaErrorNotSupported;
   }
   Args a = args;
-  Tiling tiling = p.tiling;
-  void* backward_params[] = {&a, &tiling, &workspace};
-  void* forward_params[] = {&a, &tiling};
-  const cudaError_t launched = cudaLaunchCooperativeKernel(
-      kernel_of<T, Backward>(),
-      dim3(static_cast<unsigned int>(p.blocks)),
-      dim3(kThreads),
-      Backward ? backward_params : forward_params,
-      p.shared_bytes,
-      stream);
+  const dim3 grid(static_cast<unsigned int>(p.blocks));
+  cudaError_t launched = cudaSuccess;
+  if (x == Exchange::kCluster) {
+    ClusterTiling tiling = p.cluster;
+    void* params[] = {&a, &tiling};
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = grid.x;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = p.shared_bytes;
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    launched = cudaLaunchKernelExC(
+        &config, kernel_of<T, Backward, Exchange::kCluster>(), params);
+  } else {
+    Tiling tiling = p.tiling;
+    void* backward_params[] = {&a, &tiling, &workspace};
+    void* forward_params[] = {&a, &tiling};
+    launched = cudaLaunchCooperativeKernel(
+        kernel_of<T, Backward, Exchange::kGrid>(),
+        grid,
+        dim3(kThreads),
+        Backward ? backward_params : forward_params,
+        p.shared_bytes,
+        stream);
+  }
   return launched != cudaSuccess ? launched : cudaGetLastError();
 }
 
 } // namespace
 
 template <typename T>
-bool sequence_persistent_fits(int64_t batch, int64_t state, bool backward) {
+bool sequence_persistent_fits(
+    int64_t batch,
+    int64_t state,
+    bool backward,
+    Exchange exchange) {
   Plan p{};
-  const cudaError_t status = backward ? plan<T, true>(batch, state, &p)
-                                      : plan<T, false>(batch, state, &p);
+  const cudaError_t status = backward
+      ? plan<T, true>(batch, state, exchange, &p)
+      : plan<T, false>(batch, state, exchange, &p);
   if (status != cudaSuccess) {
     (void)cudaGetLastError(); // a failed query is a "no", not a later error
     return false;
@@ -537,11 +1059,12 @@ bool sequence_persistent_fits(int64_t batch, int64_t state, bool backward) {
 template <typename T>
 cudaError_t launch_sequence_forward(
     const SequenceForwardArgs<T>& a,
+    Exchange exchange,
     cudaStream_t stream) {
   if (a.steps == 0 || a.batch == 0 || a.state == 0) {
     return cudaSuccess;
   }
-  return launch<T, false>(a, nullptr, stream);
+  return launch<T, false>(a, exchange, nullptr, stream);
 }
 
 template <typename T>
@@ -552,22 +1075,24 @@ size_t sequence_backward_workspace_size(const SequenceBackwardArgs<T>& a) {
 template <typename T>
 cudaError_t launch_sequence_backward(
     const SequenceBackwardArgs<T>& a,
+    Exchange exchange,
     void* workspace,
     cudaStream_t stream) {
   if (a.steps == 0 || a.batch == 0 || a.state == 0) {
     return cudaSuccess;
   }
-  return launch<T, true>(a, static_cast<acc_t<T>*>(workspace), stream);
+  return launch<T, true>(
+      a, exchange, static_cast<acc_t<T>*>(workspace), stream);
 }
 
-#define LLTM_INSTANTIATE(T)                                          \
-  template bool sequence_persistent_fits<T>(int64_t, int64_t, bool); \
-  template cudaError_t launch_sequence_forward<T>(                   \
-      const SequenceForwardArgs<T>&, cudaStream_t);                  \
-  template size_t sequence_backward_workspace_size<T>(               \
-      const SequenceBackwardArgs<T>&);                               \
-  template cudaError_t launch_sequence_backward<T>(                  \
-      const SequenceBackwardArgs<T>&, void*, cudaStream_t);
+#define LLTM_INSTANTIATE(T)                                                    \
+  template bool sequence_persistent_fits<T>(int64_t, int64_t, bool, Exchange); \
+  template cudaError_t launch_sequence_forward<T>(                             \
+      const SequenceForwardArgs<T>&, Exchange, cudaStream_t);                  \
+  template size_t sequence_backward_workspace_size<T>(                         \
+      const SequenceBackwardArgs<T>&);                                         \
+  template cudaError_t launch_sequence_backward<T>(                            \
+      const SequenceBackwardArgs<T>&, Exchange, void*, cudaStream_t);
 
 LLTM_FOR_EACH_TYPE(LLTM_INSTANTIATE)
 

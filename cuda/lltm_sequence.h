@@ -1,8 +1,8 @@
 // Launchers of the LLTM sequence kernels: the persistent ones
-// (lltm_sequence.cu), where one cooperative launch runs every time step of a
-// layer, forward or backward, with W_h kept in shared memory across the
-// steps; and the fused steps (lltm_step.cu), a GEMM with the cell in its
-// epilogue per step.
+// (lltm_sequence.cu), where one launch (a cooperative grid, or one
+// thread-block cluster) runs every time step of a layer, forward or
+// backward, with W_h kept in shared memory across the steps; and the fused
+// steps (lltm_step.cu), a GEMM with the cell in its epilogue per step.
 //
 // Plain CUDA C++ like lltm_kernel.h: raw pointers, sizes and a stream in,
 // cudaError_t out. cpp/sequence_cuda.cpp runs the GEMMs around them (the
@@ -72,20 +72,37 @@ struct SequenceBackwardArgs {
   int64_t state;
 };
 
-// Whether the persistent kernel of the forward (or the backward) can run a
-// [batch, state] problem on the current device: the device supports
-// cooperative launches, and its blocks, each holding its slice of W_h and a
-// tile of rows in shared memory, can all be resident at once. False for an
-// empty problem.
-template <typename T>
-bool sequence_persistent_fits(int64_t batch, int64_t state, bool backward);
+// How the blocks of a persistent kernel pass h_t (dZ_t) from step to step.
+enum class Exchange {
+  // A cooperative grid of up to a block per multiprocessor: each block
+  // writes its part to global memory, and after a grid-wide barrier every
+  // block reads what it needs back from L2.
+  kGrid,
+  // One thread-block cluster (sm_90 on; up to 16 blocks, each with one
+  // round of (row, column) items): each block writes its part into the
+  // shared memory of every block, and they meet at the cluster's barrier.
+  kCluster,
+};
 
-// Runs every step of the forward in one cooperative launch. Nothing is
-// launched for zero steps, rows or columns; cudaErrorNotSupported when
+// Whether the persistent kernel of the forward (or the backward) can run a
+// [batch, state] problem on the current device with `exchange`: the device
+// supports cooperative launches (clusters), and its blocks, each holding its
+// slice of W_h and a tile of rows in shared memory, can all be resident at
+// once. False for an empty problem.
+template <typename T>
+bool sequence_persistent_fits(
+    int64_t batch,
+    int64_t state,
+    bool backward,
+    Exchange exchange);
+
+// Runs every step of the forward in one launch. Nothing is launched for
+// zero steps, rows or columns; cudaErrorNotSupported when
 // sequence_persistent_fits is false.
 template <typename T>
 cudaError_t launch_sequence_forward(
     const SequenceForwardArgs<T>& args,
+    Exchange exchange,
     cudaStream_t stream);
 
 // The bytes of scratch memory launch_sequence_backward needs: dc, the
@@ -93,12 +110,14 @@ cudaError_t launch_sequence_forward(
 template <typename T>
 size_t sequence_backward_workspace_size(const SequenceBackwardArgs<T>& args);
 
-// Runs every step of the backward, in reverse, in one cooperative launch:
-// writes d_gates, and d_h0 = dZ_0 W_h and d_c0 when given. `workspace`
-// holds sequence_backward_workspace_size(args) bytes, aligned to 16.
+// Runs every step of the backward, in reverse, in one launch: writes
+// d_gates, and d_h0 = dZ_0 W_h and d_c0 when given. `workspace` holds
+// sequence_backward_workspace_size(args) bytes, aligned to 16 (the cluster
+// does not use it).
 template <typename T>
 cudaError_t launch_sequence_backward(
     const SequenceBackwardArgs<T>& args,
+    Exchange exchange,
     void* workspace,
     cudaStream_t stream);
 

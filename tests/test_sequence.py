@@ -2,8 +2,9 @@
 
 The reference is a Python loop of the pure-PyTorch cell in float64. On CUDA
 every case runs on each path, forced with LLTM_SEQUENCE_PATH: the persistent
-kernel, the fused steps (a GEMM with the cell in its epilogue per step) and
-the per-step loop of cuBLAS and the pointwise kernel.
+kernel in a cooperative grid and in one thread-block cluster (sm_90 on), the
+fused steps (a GEMM with the cell in its epilogue per step) and the per-step
+loop of cuBLAS and the pointwise kernel.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ import lltm
 from helpers import assert_close_to_reference, input_shapes
 from lltm.reference import lltm_layer_reference, lltm_sequence_reference
 
-CUDA_PATHS = ("persistent", "fused", "steps")
+CUDA_PATHS = ("persistent", "cluster", "fused", "steps")
+
+
+def skip_without_clusters(path: str = "cluster") -> None:
+    """The cluster path runs from sm_90 on; elsewhere forcing it is an error."""
+    if path == "cluster" and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the cluster path needs thread-block clusters (sm_90 on)")
+
 
 # (device, LLTM_SEQUENCE_PATH): the CPU has one path, CUDA three.
 PATHS = [
@@ -33,6 +41,7 @@ SHAPES = [(6, 16, 32, 128), (5, 3, 7, 5), (1, 2, 3, 4), (7, 1, 1, 33), (4, 5, 3,
 @pytest.fixture(params=CUDA_PATHS)
 def cuda_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """LLTM_SEQUENCE_PATH for a CUDA-only test, set to each path in turn."""
+    skip_without_clusters(request.param)
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", request.param)
     return str(request.param)
 
@@ -41,6 +50,8 @@ def cuda_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 def device(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The device to run on, with LLTM_SEQUENCE_PATH set for its path."""
     name, path = request.param
+    if name == "cuda":
+        skip_without_clusters(path)
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", path)
     return name
 
@@ -461,7 +472,9 @@ def test_cuda_paths_agree(
     """Every CUDA path: the same numbers, to rounding."""
     args = make_sequence(*shape, device="cuda", dtype=dtype)
     want = reference_with_grads(args)
-    for path in CUDA_PATHS:
+    # The cluster holds one round of a block's threads: batch 16 at most here.
+    clusters = torch.cuda.get_device_capability() >= (9, 0) and shape[1] <= 16
+    for path in (p for p in CUDA_PATHS if p != "cluster" or clusters):
         monkeypatch.setenv("LLTM_SEQUENCE_PATH", path)
         for got, w in zip(with_grads(lltm.lltm_sequence, args), want, strict=True):
             assert_close_to_reference(got.cpu(), w)
@@ -536,6 +549,60 @@ def test_cuda_fused_tensor_core_tiles(
     # The groups' sums are added in a fixed order: bit for bit again.
     for g, again in zip(got, with_grads(lltm.lltm_sequence, args), strict=True):
         assert torch.equal(g, again)
+
+
+# The cluster's kernels (sm_90 on: 16 blocks of 256 threads on an H200) at
+# the edges of their regime: one step, one row, states that leave blocks
+# without a column (5, 33), batch * columns = 256 (one round of a block's
+# threads: batch 16 at state 256), and in float32 the shared memory's edge at
+# state 512 (W_h's slice of 32 columns, and the double-buffered tile: batch 2
+# in the backward, 8 in the forward).
+CLUSTER_SHAPES = [
+    (1, 1, 3, 5),
+    (3, 7, 5, 33),
+    (4, 16, 8, 128),
+    (3, 16, 4, 256),
+    (2, 1, 8, 512),
+    (5, 2, 8, 512),
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("shape", CLUSTER_SHAPES, ids=lambda s: "T{}-B{}-F{}-S{}".format(*s))
+def test_cuda_cluster_at_its_edges(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, shape: tuple[int, int, int, int]
+) -> None:
+    skip_without_clusters()
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "cluster")
+    args = make_sequence(*shape, device="cuda", dtype=dtype)
+    got = with_grads(lltm.lltm_sequence, args)
+    for g, w in zip(got, reference_with_grads(args), strict=True):
+        assert_close_to_reference(g.cpu(), w)
+    # Each item's sums run in a fixed order: bit for bit again.
+    for g, again in zip(got, with_grads(lltm.lltm_sequence, args), strict=True):
+        assert torch.equal(g, again)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    "shape",
+    [(2, 17, 4, 256), (2, 3, 8, 512)],  # a second round; the backward's tile too large
+    ids=lambda s: "T{}-B{}-F{}-S{}".format(*s),
+)
+def test_cuda_cluster_refuses_what_it_cannot_hold(
+    monkeypatch: pytest.MonkeyPatch, shape: tuple[int, int, int, int]
+) -> None:
+    skip_without_clusters()
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "cluster")
+    args = make_sequence(*shape, device="cuda", dtype=torch.float32)
+    _, batch, _, state = shape
+    with pytest.raises(
+        RuntimeError,
+        match=f"LLTM_SEQUENCE_PATH=cluster, but the cluster kernel cannot run batch = {batch}, "
+        f"state_size = {state} in float",
+    ):
+        with_grads(lltm.lltm_sequence, args)
 
 
 # auto's thresholds (cpp/sequence_cuda.cpp), a size on each side: the

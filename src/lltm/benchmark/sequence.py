@@ -10,9 +10,9 @@ On CUDA the device is synchronized before each clock read. Variants:
   loop of the eager cell, differentiated by autograd;
 * ``loop-lltm``: the same loop of :func:`lltm.lltm`;
 * ``layer``: :class:`lltm.LLTMLayer`, one op call per direction; on CUDA
-  also ``layer-persistent``, ``layer-steps`` and ``layer-fused``, with
-  ``LLTM_SEQUENCE_PATH`` forcing each path (``layer`` takes the one ``auto``
-  picks). A forced path that does not fit, or that this build does not know,
+  also ``layer-persistent``, ``layer-cluster``, ``layer-steps`` and
+  ``layer-fused``, with ``LLTM_SEQUENCE_PATH`` forcing each path (``layer``
+  takes the one ``auto`` picks). A forced path that does not fit, or that this build does not know,
   is reported as n/a;
 * ``nn.LSTM``: PyTorch's LSTM at the same sizes (cuDNN on the GPU, oneDNN
   on the CPU), which does the work of 4 gates to the LLTM's 3.
@@ -88,12 +88,18 @@ VARIANTS = (
     "loop-lltm",
     "layer",
     "layer-persistent",
+    "layer-cluster",
     "layer-steps",
     "layer-fused",
     "nn.LSTM",
 )
 # The forced paths: LLTM_SEQUENCE_PATH for each, which exists on CUDA only.
-_FORCED_PATHS = {"layer-persistent": "persistent", "layer-steps": "steps", "layer-fused": "fused"}
+_FORCED_PATHS = {
+    "layer-persistent": "persistent",
+    "layer-cluster": "cluster",
+    "layer-steps": "steps",
+    "layer-fused": "fused",
+}
 CUDA_VARIANTS = tuple(_FORCED_PATHS)
 # The goal: T x B x (F, S), the layer against cuDNN.
 SWEEP_STEPS = (16, 64, 128, 512)
