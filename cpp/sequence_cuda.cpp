@@ -380,10 +380,11 @@ StateGrads persistent_backward(
         args.steps = sizes.steps;
         args.batch = B;
         args.state = S;
-        // dc, the running cell gradient, from the caching allocator.
+        // dc, the running cell gradient (the grid's), from the caching
+        // allocator.
         const at::Tensor workspace = at::empty(
             {static_cast<int64_t>(
-                cuda::sequence_backward_workspace_size(args))},
+                cuda::sequence_backward_workspace_size(args, X))},
             options.dtype(at::kByte));
         C10_CUDA_CHECK(
             cuda::launch_sequence_backward(

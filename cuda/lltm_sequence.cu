@@ -526,6 +526,26 @@ cluster_item(const ClusterTiling& p, int S) {
   return {r, jl, j, part, inside && j < S && part == 0, int64_t(r) * S + j};
 }
 
+// The rows of W_h's slice that column jl's three gates read, as packs.
+template <typename A>
+struct GateRows {
+  const Pack<A>* i;
+  const Pack<A>* o;
+  const Pack<A>* c;
+};
+
+template <typename A>
+__device__ __forceinline__ GateRows<A> gate_rows(
+    const A* w_s,
+    const ClusterTiling& p,
+    int jl) {
+  const auto row = [&](int g) {
+    return reinterpret_cast<const Pack<A>*>(
+        w_s + (g * p.columns + jl) * p.ld_w);
+  };
+  return {row(0), row(1), row(2)};
+}
+
 // W_h's slice into w_s[(g J + jl) ld_w + k]: forward W_h[g S + j][k],
 // backward W_h[g S + k][j] (j = blockIdx.x J + jl); zeros past S. The
 // tiles' buffers after it are zeroed, so that their padding reads as zeros;
@@ -603,11 +623,7 @@ __global__ void __launch_bounds__(kThreads) cluster_forward_kernel(
   cluster_arrive();
   cluster_wait();
   const int packs = p.padded / Pack<A>::kSize;
-  const auto* w_i = reinterpret_cast<const Pack<A>*>(w_s + it.jl * p.ld_w);
-  const auto* w_o =
-      reinterpret_cast<const Pack<A>*>(w_s + (p.columns + it.jl) * p.ld_w);
-  const auto* w_c =
-      reinterpret_cast<const Pack<A>*>(w_s + (2 * p.columns + it.jl) * p.ld_w);
+  const auto [w_i, w_o, w_c] = gate_rows(w_s, p, it.jl);
   for (int64_t t = 0; t < a.steps; ++t) {
     const bool last = t == a.steps - 1;
     const auto* h_r =
@@ -695,11 +711,7 @@ __global__ void __launch_bounds__(kThreads) cluster_backward_kernel(
   cluster_arrive(); // as in the forward
   cluster_wait();
   const int packs = p.padded / Pack<A>::kSize;
-  const auto* w_i = reinterpret_cast<const Pack<A>*>(w_s + it.jl * p.ld_w);
-  const auto* w_o =
-      reinterpret_cast<const Pack<A>*>(w_s + (p.columns + it.jl) * p.ld_w);
-  const auto* w_c =
-      reinterpret_cast<const Pack<A>*>(w_s + (2 * p.columns + it.jl) * p.ld_w);
+  const auto [w_i, w_o, w_c] = gate_rows(w_s, p, it.jl);
   for (int64_t t = a.steps - 1; t >= end; --t) {
     A recurrent = 0; // dZ_{t+1} W_h at (r, j)
     if (t != a.steps - 1) {
@@ -871,6 +883,30 @@ cudaError_t plan_grid(int64_t batch, int64_t state, Plan* out) {
   return cudaSuccess;
 }
 
+// A launch of one cluster of `blocks` blocks of kThreads threads: the grid
+// is the cluster. The configuration points at the attribute beside it, so
+// the two live together.
+struct ClusterLaunch {
+  cudaLaunchAttribute attribute{};
+  cudaLaunchConfig_t config{};
+
+  ClusterLaunch(int blocks, size_t shared_bytes, cudaStream_t stream) {
+    const auto n = static_cast<unsigned int>(blocks);
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = n;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    config.gridDim = dim3(n);
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
 // The most blocks of the cluster kernel that one cluster of this device
 // runs at the kernel's most shared memory (16, on sm_90, where the device
 // allows a cluster beyond the portable 8), or 0 where it has no clusters.
@@ -900,19 +936,10 @@ cudaError_t cluster_blocks(const DeviceLimits& limits, int* out) {
       if (status != cudaSuccess || blocks != 0) {
         break;
       }
-      cudaLaunchAttribute attribute{};
-      attribute.id = cudaLaunchAttributeClusterDimension;
-      attribute.val.clusterDim.x = static_cast<unsigned int>(n);
-      attribute.val.clusterDim.y = 1;
-      attribute.val.clusterDim.z = 1;
-      cudaLaunchConfig_t config{};
-      config.gridDim = dim3(static_cast<unsigned int>(n));
-      config.blockDim = dim3(kThreads);
-      config.dynamicSmemBytes = static_cast<size_t>(limits.shared_bytes);
-      config.attrs = &attribute;
-      config.numAttrs = 1;
+      ClusterLaunch launch(n, static_cast<size_t>(limits.shared_bytes), 0);
       int clusters = 0;
-      status = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+      status =
+          cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config);
       if (status == cudaSuccess && clusters > 0) {
         blocks = n;
       }
@@ -1003,32 +1030,20 @@ cudaError_t launch(
     return cudaErrorNotSupported;
   }
   Args a = args;
-  const dim3 grid(static_cast<unsigned int>(p.blocks));
   cudaError_t launched = cudaSuccess;
   if (x == Exchange::kCluster) {
     ClusterTiling tiling = p.cluster;
     void* params[] = {&a, &tiling};
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = grid.x;
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid;
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = p.shared_bytes;
-    config.stream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    ClusterLaunch launch(p.blocks, p.shared_bytes, stream);
     launched = cudaLaunchKernelExC(
-        &config, kernel_of<T, Backward, Exchange::kCluster>(), params);
+        &launch.config, kernel_of<T, Backward, Exchange::kCluster>(), params);
   } else {
     Tiling tiling = p.tiling;
     void* backward_params[] = {&a, &tiling, &workspace};
     void* forward_params[] = {&a, &tiling};
     launched = cudaLaunchCooperativeKernel(
         kernel_of<T, Backward, Exchange::kGrid>(),
-        grid,
+        dim3(static_cast<unsigned int>(p.blocks)),
         dim3(kThreads),
         Backward ? backward_params : forward_params,
         p.shared_bytes,
@@ -1068,8 +1083,13 @@ cudaError_t launch_sequence_forward(
 }
 
 template <typename T>
-size_t sequence_backward_workspace_size(const SequenceBackwardArgs<T>& a) {
-  return static_cast<size_t>(a.batch * a.state) * sizeof(acc_t<T>);
+size_t sequence_backward_workspace_size(
+    const SequenceBackwardArgs<T>& a,
+    Exchange exchange) {
+  // The cluster keeps dc in registers.
+  return exchange == Exchange::kCluster
+      ? 0
+      : static_cast<size_t>(a.batch * a.state) * sizeof(acc_t<T>);
 }
 
 template <typename T>
@@ -1090,7 +1110,7 @@ cudaError_t launch_sequence_backward(
   template cudaError_t launch_sequence_forward<T>(                             \
       const SequenceForwardArgs<T>&, Exchange, cudaStream_t);                  \
   template size_t sequence_backward_workspace_size<T>(                         \
-      const SequenceBackwardArgs<T>&);                                         \
+      const SequenceBackwardArgs<T>&, Exchange);                               \
   template cudaError_t launch_sequence_backward<T>(                            \
       const SequenceBackwardArgs<T>&, Exchange, void*, cudaStream_t);
 

@@ -106,14 +106,16 @@ cudaError_t launch_sequence_forward(
     cudaStream_t stream);
 
 // The bytes of scratch memory launch_sequence_backward needs: dc, the
-// running cell gradient, in the math type.
+// running cell gradient, in the math type, for the grid; none for the
+// cluster, which keeps it in registers.
 template <typename T>
-size_t sequence_backward_workspace_size(const SequenceBackwardArgs<T>& args);
+size_t sequence_backward_workspace_size(
+    const SequenceBackwardArgs<T>& args,
+    Exchange exchange);
 
 // Runs every step of the backward, in reverse, in one launch: writes
 // d_gates, and d_h0 = dZ_0 W_h and d_c0 when given. `workspace` holds
-// sequence_backward_workspace_size(args) bytes, aligned to 16 (the cluster
-// does not use it).
+// sequence_backward_workspace_size(args, exchange) bytes, aligned to 16.
 template <typename T>
 cudaError_t launch_sequence_backward(
     const SequenceBackwardArgs<T>& args,
