@@ -96,6 +96,19 @@ def reference_with_grads(args: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     return with_grads(lltm_sequence_reference, args64)
 
 
+def matches_the_reference_bit_for_bit(args: list[torch.Tensor]) -> None:
+    """Close to the float64 reference, and bit for bit the same when run again.
+
+    The kernels add their partial sums in a fixed order, so a second call
+    repeats the first exactly.
+    """
+    got = with_grads(lltm.lltm_sequence, args)
+    for g, w in zip(got, reference_with_grads(args), strict=True):
+        assert_close_to_reference(g.cpu(), w)
+    for g, again in zip(got, with_grads(lltm.lltm_sequence, args), strict=True):
+        assert torch.equal(g, again)
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "T{}-B{}-F{}-S{}".format(*s))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_matches_a_loop_of_the_cell(
@@ -505,13 +518,7 @@ def test_cuda_fused_tiles(
     monkeypatch: pytest.MonkeyPatch, shape: tuple[int, int, int, int]
 ) -> None:
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "fused")
-    args = make_sequence(*shape, device="cuda", dtype=torch.float32)
-    got = with_grads(lltm.lltm_sequence, args)
-    for g, w in zip(got, reference_with_grads(args), strict=True):
-        assert_close_to_reference(g.cpu(), w)
-    # The groups' sums are added in a fixed order: bit for bit again.
-    for g, again in zip(got, with_grads(lltm.lltm_sequence, args), strict=True):
-        assert torch.equal(g, again)
+    matches_the_reference_bit_for_bit(make_sequence(*shape, device="cuda", dtype=torch.float32))
 
 
 # The tensor-core kernels of the fused steps (cuda/lltm_step_mma.cu), which
@@ -542,13 +549,7 @@ def test_cuda_fused_tensor_core_tiles(
     monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, shape: tuple[int, int, int, int]
 ) -> None:
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "fused")
-    args = make_sequence(*shape, device="cuda", dtype=dtype)
-    got = with_grads(lltm.lltm_sequence, args)
-    for g, w in zip(got, reference_with_grads(args), strict=True):
-        assert_close_to_reference(g.cpu(), w)
-    # The groups' sums are added in a fixed order: bit for bit again.
-    for g, again in zip(got, with_grads(lltm.lltm_sequence, args), strict=True):
-        assert torch.equal(g, again)
+    matches_the_reference_bit_for_bit(make_sequence(*shape, device="cuda", dtype=dtype))
 
 
 # The cluster's kernels (sm_90 on: 16 blocks of 256 threads on an H200) at
@@ -575,13 +576,7 @@ def test_cuda_cluster_at_its_edges(
 ) -> None:
     skip_without_clusters()
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "cluster")
-    args = make_sequence(*shape, device="cuda", dtype=dtype)
-    got = with_grads(lltm.lltm_sequence, args)
-    for g, w in zip(got, reference_with_grads(args), strict=True):
-        assert_close_to_reference(g.cpu(), w)
-    # Each item's sums run in a fixed order: bit for bit again.
-    for g, again in zip(got, with_grads(lltm.lltm_sequence, args), strict=True):
-        assert torch.equal(g, again)
+    matches_the_reference_bit_for_bit(make_sequence(*shape, device="cuda", dtype=dtype))
 
 
 @pytest.mark.cuda
