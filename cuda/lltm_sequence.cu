@@ -387,27 +387,39 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
 
 // --- one thread-block cluster (sm_90 on) ------------------------------------
 // Where the whole problem fits in the blocks of one cluster (up to 16 on
-// sm_90) with one (row, column) item per group of lanes, the blocks meet
-// between steps at the cluster's barrier, not the grid's. Each block writes
-// its columns of h_t (dZ_t) into its own shared memory, then copies them
-// into every other block's before it arrives at the barrier (distributed
-// shared memory), so that no block reads them back through L2. The tile is
+// sm_90) with one (row, column) item per group of lanes, the blocks pass
+// h_t (dZ_t) to each other through distributed shared memory, not L2, and
+// no step waits at a grid's barrier or a cluster's: each block waits for
+// the bytes of its own tile (the exchange, below). The tile is
 // double-buffered: a step reads buffer t % 2 while the blocks write the next
-// step's into the other one, and the one barrier a step keeps the two apart.
-// A thread keeps its item's cell state (dc in the backward), its bias and
-// the next step's inputs in registers, and loads those between its arrival
-// at the barrier and its wait there.
+// step's into the other one. A thread keeps its item's cell state (dc in the
+// backward), its bias and the next step's inputs in registers, and loads
+// those while the exchange is under way.
 //
 // Rows of W_h and of the tile run along k in packs of 16 bytes (zeros past
-// S), and their lengths leave 4 words over a multiple of 32, so that the
-// lanes of a warp read whole packs from distinct banks: a fourth of the
-// shared-memory instructions of a word at a time.
+// S), read in one instruction each, and their lengths leave a pack per lane
+// of an item over a multiple of 128 bytes (banked), so that the lanes of a
+// quarter-warp read distinct banks.
+
+// The cluster's blocks are twice the grid kernel's: a multiprocessor holds
+// one, and its dot products wait on shared memory, which more warps hide.
+constexpr int kClusterThreads = 512;
 
 template <typename A>
 struct alignas(16) Pack {
   static constexpr int kSize = static_cast<int>(16 / sizeof(A));
   A v[kSize];
 };
+
+// A pack in one 16-byte access: a plain copy of the struct compiles to an
+// access per element, four times the shared-memory instructions.
+template <typename A>
+__device__ __forceinline__ Pack<A> load(const Pack<A>* at) {
+  const uint4 bits = *reinterpret_cast<const uint4*>(at);
+  Pack<A> p;
+  memcpy(&p, &bits, sizeof(p));
+  return p;
+}
 
 template <typename A>
 __device__ __forceinline__ A dot(const Pack<A>& x, const Pack<A>& y, A sum) {
@@ -433,67 +445,115 @@ struct ClusterTiling {
   int lanes; // threads per item, as in Tiling
 };
 
-// The cluster's barrier in two halves. arrive has release semantics: this
-// thread's writes before it, into other blocks' shared memory too, are seen
-// by every thread of the cluster after its wait, which has acquire
-// semantics.
-[[maybe_unused]] __device__ __forceinline__ void cluster_arrive() {
+// The cluster's barrier, once before the first step: every block has
+// started, with its barriers initialized, before any block stores into it.
+[[maybe_unused]] __device__ __forceinline__ void cluster_sync() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#endif
-}
-[[maybe_unused]] __device__ __forceinline__ void cluster_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #endif
 }
 
-// This block's columns of a tile (`segments` segments of `padded` in each
-// of `rows` rows of ld), which its threads have written into its own shared
-// memory, into the same place in every other block of the cluster: in packs
-// of 16 bytes where the block's columns are whole packs (state 128 over 16
-// blocks: 8 columns, two packs a row), else element by element. A store to
-// another block is one transaction of the cluster's network whatever its
-// width, so packs cut their number by up to four.
-template <typename A>
-__device__ __forceinline__ void share_columns(
-    A* tile,
-    const ClusterTiling& p,
-    int segments,
-    int S) {
+// The exchange between steps. Each block's items go by st.async into the
+// tile of every block of the cluster, this one too, and each store counts
+// its bytes down a transaction barrier (mbarrier) of the block it lands in.
+// A block then waits on its own barrier for exactly the bytes of a step: the
+// whole tile. Nothing waits for its own stores to land (a release at the
+// cluster's barrier does), and no block waits for another to arrive. The
+// double buffer needs no barrier after the read either: a block can send
+// step t + 1's values only once it has every block's step t ones, and each
+// block sent those after its last read of the buffer they overwrite. Bytes
+// may land before their phase is armed (barrier_expect): the arrival it
+// makes holds the phase open until then.
+[[maybe_unused]] __device__ __forceinline__ uint32_t
+shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Arms the barrier's current phase: one arrival, and `bytes` to come.
+[[maybe_unused]] __device__ __forceinline__ void barrier_expect(
+    uint64_t* bar,
+    uint32_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  cg::cluster_group cluster = cg::this_cluster();
-  const int self = static_cast<int>(blockIdx.x);
-  const int others = static_cast<int>(gridDim.x) - 1;
-  const int j0 = self * p.columns;
-  if (j0 >= S) {
-    return; // a block past the last column has none
-  }
-  constexpr int kSize = Pack<A>::kSize;
-  const bool packed = p.columns % kSize == 0;
-  // Whole packs up to the segment's padded end; elements up to S.
-  const int width = packed ? (std::min(p.columns, p.padded - j0) / kSize)
-                           : std::min(p.columns, S - j0);
-  const int per_row = segments * width;
-  const int units = p.rows * per_row;
-  for (int e = threadIdx.x; e < units * others; e += blockDim.x) {
-    int rank = e / units;
-    rank += rank >= self ? 1 : 0;
-    const int u = e % units;
-    const int r = u / per_row;
-    const int segment = (u - r * per_row) / width;
-    const int q = u - r * per_row - segment * width;
-    A* at =
-        tile + r * p.ld + segment * p.padded + j0 + (packed ? q * kSize : q);
-    A* there = cluster.map_shared_rank(at, rank);
-    if (packed) {
-      *reinterpret_cast<Pack<A>*>(there) =
-          *reinterpret_cast<const Pack<A>*>(at);
-    } else {
-      *there = *at;
-    }
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
+                   shared_address(bar)),
+               "r"(bytes)
+               : "memory");
+#endif
+}
+
+// A barrier whose phases complete on one arrival and their bytes, its first
+// one armed; seen by the other blocks after the next cluster_sync.
+[[maybe_unused]] __device__ __forceinline__ void barrier_init(
+    uint64_t* bar,
+    uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar))
+      : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  barrier_expect(bar, bytes);
+#endif
+}
+
+// Until the barrier's phase of this parity has completed. At the block's
+// scope, as the CUDA C++ examples of st.async wait: the cluster's would
+// invalidate L1 at every step.
+[[maybe_unused]] __device__ __forceinline__ void barrier_wait(
+    uint64_t* bar,
+    uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n"
+      "}\n" ::"r"(shared_address(bar)),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
+// v into this block's tile at `at`, in block `rank` (this one too), by
+// st.async on that block's barrier `bar`.
+template <typename A>
+__device__ __forceinline__ void send_element(
+    const A* at,
+    int rank,
+    A v,
+    uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t there, bar_there;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(there)
+               : "r"(shared_address(at)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(bar_there)
+               : "r"(shared_address(bar)), "r"(rank));
+  if constexpr (sizeof(A) == 4) {
+    asm volatile(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::
+            "r"(there),
+        "r"(__float_as_uint(v)),
+        "r"(bar_there)
+        : "memory");
+  } else {
+    asm volatile(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];" ::
+            "r"(there),
+        "l"(__double_as_longlong(v)),
+        "r"(bar_there)
+        : "memory");
   }
 #endif
+}
+
+// v from the first lane of this thread's group of `lanes`.
+template <typename A>
+__device__ __forceinline__ A from_first_lane(A v, int lanes) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  return __shfl_sync(0xffffffffu, v, lane & ~(lanes - 1));
 }
 
 // v as T stores it, in the math type: what a reader of the stored tensor
@@ -512,6 +572,7 @@ struct ClusterItem {
   int j; // the state column
   int part; // the thread's lane in its group
   bool owner; // the group's first lane, on an item inside the problem
+  bool active; // any lane of such a group
   int64_t at; // r * S + j
 };
 
@@ -523,7 +584,8 @@ cluster_item(const ClusterTiling& p, int S) {
   const int r = inside ? item / p.columns : 0;
   const int jl = inside ? item - r * p.columns : 0;
   const int j = static_cast<int>(blockIdx.x) * p.columns + jl;
-  return {r, jl, j, part, inside && j < S && part == 0, int64_t(r) * S + j};
+  const bool active = inside && j < S;
+  return {r, jl, j, part, active && part == 0, active, int64_t(r) * S + j};
 }
 
 // The rows of W_h's slice that column jl's three gates read, as packs.
@@ -591,7 +653,7 @@ __device__ acc_t<T>* cluster_slice(
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) cluster_forward_kernel(
+__global__ void __launch_bounds__(kClusterThreads) cluster_forward_kernel(
     const SequenceForwardArgs<T> a,
     const ClusterTiling p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -602,6 +664,12 @@ __global__ void __launch_bounds__(kThreads) cluster_forward_kernel(
   const A* w_s = reinterpret_cast<const A*>(h_s) - 3 * p.columns * p.ld_w;
   const int64_t BS = int64_t(B) * S;
   const int buffer = p.rows * p.ld; // h_{t-1} of every row in buffer t % 2
+  const auto expected = static_cast<uint32_t>(B * S * sizeof(A)); // a tile
+  uint64_t* bars = reinterpret_cast<uint64_t*>(h_s + 2 * buffer); // one each
+  if (threadIdx.x == 0) {
+    barrier_init(bars, expected);
+    barrier_init(bars + 1, expected);
+  }
   for (int e = threadIdx.x; e < B * S; e += blockDim.x) {
     h_s[(e / S) * p.ld + e % S] = widen(a.h0[e]);
   }
@@ -618,11 +686,8 @@ __global__ void __launch_bounds__(kThreads) cluster_forward_kernel(
     po = widen(z[S + it.j]);
     pc = widen(z[2 * S + it.j]);
   }
-  // Every block of the cluster runs, with W_h and h0 in, before any block
-  // writes into another's shared memory.
-  cluster_arrive();
-  cluster_wait();
-  const int packs = p.padded / Pack<A>::kSize;
+  cluster_sync(); // W_h, h0 and the barriers in, in every block
+  const int packs = it.active ? p.padded / Pack<A>::kSize : 0;
   const auto [w_i, w_o, w_c] = gate_rows(w_s, p, it.jl);
   for (int64_t t = 0; t < a.steps; ++t) {
     const bool last = t == a.steps - 1;
@@ -630,25 +695,27 @@ __global__ void __launch_bounds__(kThreads) cluster_forward_kernel(
         reinterpret_cast<const Pack<A>*>(h_s + (t & 1) * buffer + it.r * p.ld);
     A zi = 0, zo = 0, zc = 0;
     for (int u = it.part; u < packs; u += p.lanes) {
-      const Pack<A> h = h_r[u];
-      zi = dot(h, w_i[u], zi);
-      zo = dot(h, w_o[u], zo);
-      zc = dot(h, w_c[u], zc);
+      const Pack<A> h = load(h_r + u);
+      zi = dot(h, load(w_i + u), zi);
+      zo = dot(h, load(w_o + u), zo);
+      zc = dot(h, load(w_c + u), zc);
     }
     zi = sum_lanes(zi, p.lanes);
     zo = sum_lanes(zo, p.lanes);
     zc = sum_lanes(zc, p.lanes);
     const CellForward<A> f =
         cell_forward(zi + pi + bi, zo + po + bo, zc + pc + bc, c);
-    if (!last) {
-      A* next = h_s + ((t + 1) & 1) * buffer;
-      if (it.owner) {
-        next[it.r * p.ld + it.j] = as_stored<T>(f.h);
+    A* next = h_s + ((t + 1) & 1) * buffer;
+    uint64_t* bar = bars + ((t + 1) & 1);
+    if (!last) { // h_t to every block, the group's lanes a block each
+      const A h = from_first_lane(as_stored<T>(f.h), p.lanes);
+      if (it.active) {
+        for (int rank = it.part; rank < static_cast<int>(gridDim.x);
+             rank += p.lanes) {
+          send_element(next + it.r * p.ld + it.j, rank, h, bar);
+        }
       }
-      __syncthreads();
-      share_columns(next, p, 1, S);
     }
-    cluster_arrive();
     if (it.owner) {
       T* z = a.gates + (t * B + it.r) * 3 * S;
       put((save ? a.cells + t * BS : a.c_n) + it.at, f.cell);
@@ -669,7 +736,12 @@ __global__ void __launch_bounds__(kThreads) cluster_forward_kernel(
         pc = widen(z_next[2 * S + it.j]);
       }
     }
-    cluster_wait();
+    if (!last) { // the buffer's (t / 2)-th phase: all of h_t
+      barrier_wait(bar, static_cast<uint32_t>((t >> 1) & 1));
+      if (threadIdx.x == 0) {
+        barrier_expect(bar, expected);
+      }
+    }
   }
 #elif defined(__CUDA_ARCH__)
   __trap(); // launched only where the device has clusters
@@ -679,7 +751,7 @@ __global__ void __launch_bounds__(kThreads) cluster_forward_kernel(
 // The backward in one cluster: dc, the running cell gradient, stays in the
 // owner's registers, so it needs no workspace.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) cluster_backward_kernel(
+__global__ void __launch_bounds__(kClusterThreads) cluster_backward_kernel(
     const SequenceBackwardArgs<T> a,
     const ClusterTiling p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -691,16 +763,23 @@ __global__ void __launch_bounds__(kThreads) cluster_backward_kernel(
   const int64_t G = 3 * static_cast<int64_t>(S);
   const int buffer = p.rows * p.ld; // dZ_t of every row in buffer t % 2
   const int64_t end = a.d_h0 != nullptr ? -1 : 0;
+  const auto expected = static_cast<uint32_t>(3 * B * S * sizeof(A));
+  uint64_t* bars = reinterpret_cast<uint64_t*>(dz_s + 2 * buffer);
+  if (threadIdx.x == 0) {
+    barrier_init(bars, expected);
+    barrier_init(bars + 1, expected);
+  }
   const ClusterItem it = cluster_item(p, S);
-  // The loads of step t that do not wait for dZ_{t+1}.
-  A gh = 0, i = 0, o = 0, g = 0, tc = 0;
+  // The loads of step t that do not wait for dZ_{t+1}; the tanh of c_t
+  // waits for its use, so that the load hides behind the exchange.
+  A gh = 0, i = 0, o = 0, g = 0, cell = 0;
   const auto load_step = [&](int64_t t) {
     gh = load_element(a.grad_output, t, it.r, it.j);
     const T* act = a.gates + (t * B + it.r) * G;
     i = widen(act[it.j]);
     o = widen(act[S + it.j]);
     g = widen(act[2 * S + it.j]);
-    tc = tanh_(widen(a.cells[t * B * S + it.at]));
+    cell = widen(a.cells[t * B * S + it.at]);
   };
   A dc = 0;
   if (it.owner) {
@@ -708,9 +787,8 @@ __global__ void __launch_bounds__(kThreads) cluster_backward_kernel(
     gh += load_element(a.grad_h_n, it.r, it.j);
     dc = load_element(a.grad_c_n, it.r, it.j);
   }
-  cluster_arrive(); // as in the forward
-  cluster_wait();
-  const int packs = p.padded / Pack<A>::kSize;
+  cluster_sync(); // as in the forward
+  const int packs = it.active ? p.padded / Pack<A>::kSize : 0;
   const auto [w_i, w_o, w_c] = gate_rows(w_s, p, it.jl);
   for (int64_t t = a.steps - 1; t >= end; --t) {
     A recurrent = 0; // dZ_{t+1} W_h at (r, j)
@@ -721,9 +799,9 @@ __global__ void __launch_bounds__(kThreads) cluster_backward_kernel(
       const auto* dz_c = reinterpret_cast<const Pack<A>*>(row + 2 * p.padded);
       A ri = 0, ro = 0, rc = 0;
       for (int u = it.part; u < packs; u += p.lanes) {
-        ri = dot(dz_i[u], w_i[u], ri);
-        ro = dot(dz_o[u], w_o[u], ro);
-        rc = dot(dz_c[u], w_c[u], rc);
+        ri = dot(load(dz_i + u), load(w_i + u), ri);
+        ro = dot(load(dz_o + u), load(w_o + u), ro);
+        rc = dot(load(dz_c + u), load(w_c + u), rc);
       }
       recurrent = sum_lanes(ri + ro + rc, p.lanes);
     }
@@ -733,19 +811,24 @@ __global__ void __launch_bounds__(kThreads) cluster_backward_kernel(
       }
       break;
     }
-    const CellBackward<A> d = cell_backward(i, o, g, tc, gh + recurrent, dc);
-    if (t > end) {
-      A* next = dz_s + (t & 1) * buffer;
-      if (it.owner) {
+    const CellBackward<A> d =
+        cell_backward(i, o, g, tanh_(cell), gh + recurrent, dc);
+    A* next = dz_s + (t & 1) * buffer;
+    uint64_t* bar = bars + (t & 1);
+    if (t > end) { // dZ_t to every block, as in the forward
+      const A di = from_first_lane(as_stored<T>(d.dz_i), p.lanes);
+      const A dout = from_first_lane(as_stored<T>(d.dz_o), p.lanes);
+      const A dcand = from_first_lane(as_stored<T>(d.dz_c), p.lanes);
+      if (it.active) {
         A* mine = next + it.r * p.ld + it.j;
-        mine[0] = as_stored<T>(d.dz_i);
-        mine[p.padded] = as_stored<T>(d.dz_o);
-        mine[2 * p.padded] = as_stored<T>(d.dz_c);
+        for (int rank = it.part; rank < static_cast<int>(gridDim.x);
+             rank += p.lanes) {
+          send_element(mine, rank, di, bar);
+          send_element(mine + p.padded, rank, dout, bar);
+          send_element(mine + 2 * p.padded, rank, dcand, bar);
+        }
       }
-      __syncthreads();
-      share_columns(next, p, 3, S);
     }
-    cluster_arrive();
     if (it.owner) {
       T* dz = a.d_gates + (t * B + it.r) * G;
       put(dz + it.j, d.dz_i);
@@ -759,7 +842,12 @@ __global__ void __launch_bounds__(kThreads) cluster_backward_kernel(
         load_step(t - 1);
       }
     }
-    cluster_wait();
+    if (t > end) {
+      barrier_wait(bar, static_cast<uint32_t>(((a.steps - 1 - t) >> 1) & 1));
+      if (threadIdx.x == 0) {
+        barrier_expect(bar, expected);
+      }
+    }
   }
 #elif defined(__CUDA_ARCH__)
   __trap(); // launched only where the device has clusters
@@ -796,9 +884,9 @@ constexpr int64_t kItemsPerBlock = 32;
 
 // Threads per item: the most, up to a warp, that leave every item of a tile
 // of `items` a group in one round.
-int lanes_for(int64_t items) {
+int lanes_for(int64_t items, int threads = kThreads) {
   int lanes = 1;
-  while (lanes < 32 && items * lanes * 2 <= kThreads) {
+  while (lanes < 32 && items * lanes * 2 <= threads) {
     lanes *= 2;
   }
   return lanes;
@@ -883,8 +971,8 @@ cudaError_t plan_grid(int64_t batch, int64_t state, Plan* out) {
   return cudaSuccess;
 }
 
-// A launch of one cluster of `blocks` blocks of kThreads threads: the grid
-// is the cluster. The configuration points at the attribute beside it, so
+// A launch of one cluster of `blocks` blocks of kClusterThreads threads: the
+// grid is the cluster. The configuration points at the attribute beside it, so
 // the two live together.
 struct ClusterLaunch {
   cudaLaunchAttribute attribute{};
@@ -897,7 +985,7 @@ struct ClusterLaunch {
     attribute.val.clusterDim.y = 1;
     attribute.val.clusterDim.z = 1;
     config.gridDim = dim3(n);
-    config.blockDim = dim3(kThreads);
+    config.blockDim = dim3(kClusterThreads);
     config.dynamicSmemBytes = shared_bytes;
     config.stream = stream;
     config.attrs = &attribute;
@@ -953,10 +1041,13 @@ cudaError_t cluster_blocks(const DeviceLimits& limits, int* out) {
   return cudaSuccess;
 }
 
-// A row length for n elements: n rounded up to 128 bytes, plus 16, so that
-// packs at the same column of adjacent rows fall in distinct banks.
-int64_t banked(int64_t n, int64_t element_bytes) {
-  const int64_t bytes = (n * element_bytes + 127) / 128 * 128 + 16;
+// A row length for n elements: n rounded up to 128 bytes, plus a pack per
+// lane of an item (up to 4), so that the 8 lanes of a quarter-warp, which
+// read 16 bytes each, read adjacent rows' packs from distinct banks: items of
+// `lanes` lanes read `lanes` adjacent packs of a row.
+int64_t banked(int64_t n, int64_t element_bytes, int lanes) {
+  const int64_t bytes =
+      (n * element_bytes + 127) / 128 * 128 + 16 * (lanes < 8 ? lanes : 1);
   return bytes / element_bytes;
 }
 
@@ -980,15 +1071,17 @@ cudaError_t plan_cluster(int64_t batch, int64_t state, Plan* out) {
     blocks *= 2;
   }
   const int64_t columns = (state + blocks - 1) / blocks;
-  if (batch * columns > kThreads) {
+  if (batch * columns > kClusterThreads) {
     return cudaSuccess; // more items than one round of a block's threads
   }
   constexpr int64_t kSize = Pack<A>::kSize;
+  const int lanes = lanes_for(batch * columns, kClusterThreads);
   const int64_t padded = (state + kSize - 1) / kSize * kSize;
-  const int64_t ld_w = banked(padded, sizeof(A));
-  const int64_t ld = banked((Backward ? 3 : 1) * padded, sizeof(A));
+  const int64_t ld_w = banked(padded, sizeof(A), lanes);
+  const int64_t ld = banked((Backward ? 3 : 1) * padded, sizeof(A), lanes);
   const int64_t bytes =
-      (3 * columns * ld_w + 2 * batch * ld) * int64_t(sizeof(A));
+      (3 * columns * ld_w + 2 * batch * ld) * int64_t(sizeof(A)) +
+      2 * int64_t(sizeof(uint64_t)); // and the buffers' barriers
   if (bytes > limits.shared_bytes) {
     return cudaSuccess;
   }
@@ -999,7 +1092,7 @@ cudaError_t plan_cluster(int64_t batch, int64_t state, Plan* out) {
       static_cast<int>(padded),
       static_cast<int>(ld_w),
       static_cast<int>(ld),
-      lanes_for(batch * columns)};
+      lanes};
   out->blocks = static_cast<int>(blocks);
   out->shared_bytes = static_cast<size_t>(bytes);
   return cudaSuccess;

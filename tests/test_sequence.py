@@ -485,8 +485,9 @@ def test_cuda_paths_agree(
     """Every CUDA path: the same numbers, to rounding."""
     args = make_sequence(*shape, device="cuda", dtype=dtype)
     want = reference_with_grads(args)
-    # The cluster holds one round of a block's threads: batch 16 at most here.
-    clusters = torch.cuda.get_device_capability() >= (9, 0) and shape[1] <= 16
+    # The cluster holds an item per thread of a block: batch * state / 16 <= 512.
+    _, batch, _, state = shape
+    clusters = torch.cuda.get_device_capability() >= (9, 0) and batch * -(-state // 16) <= 512
     for path in (p for p in CUDA_PATHS if p != "cluster" or clusters):
         monkeypatch.setenv("LLTM_SEQUENCE_PATH", path)
         for got, w in zip(with_grads(lltm.lltm_sequence, args), want, strict=True):
@@ -552,16 +553,19 @@ def test_cuda_fused_tensor_core_tiles(
     matches_the_reference_bit_for_bit(make_sequence(*shape, device="cuda", dtype=dtype))
 
 
-# The cluster's kernels (sm_90 on: 16 blocks of 256 threads on an H200) at
+# The cluster's kernels (sm_90 on: 16 blocks of 512 threads on an H200) at
 # the edges of their regime: one step, one row, states that leave blocks
-# without a column (5, 33), batch * columns = 256 (one round of a block's
-# threads: batch 16 at state 256), and in float32 the shared memory's edge at
-# state 512 (W_h's slice of 32 columns, and the double-buffered tile: batch 2
-# in the backward, 8 in the forward).
+# without a column (5, 33), items of several lanes and of one (batch *
+# columns = 264), one item per thread of a block (batch 64 at state 128),
+# and in float32 the shared memory's edge at state 512 (W_h's slice of 32
+# columns, and the double-buffered tile: batch 2 in the backward, 8 in the
+# forward).
 CLUSTER_SHAPES = [
     (1, 1, 3, 5),
     (3, 7, 5, 33),
     (4, 16, 8, 128),
+    (2, 33, 4, 128),  # a lane per item
+    (3, 64, 4, 128),  # the most items: a thread each
     (3, 16, 4, 256),
     (2, 1, 8, 512),
     (5, 2, 8, 512),
@@ -582,7 +586,7 @@ def test_cuda_cluster_at_its_edges(
 @pytest.mark.cuda
 @pytest.mark.parametrize(
     "shape",
-    [(2, 17, 4, 256), (2, 3, 8, 512)],  # a second round; the backward's tile too large
+    [(2, 65, 4, 128), (2, 3, 8, 512)],  # a second round; the backward's tile too large
     ids=lambda s: "T{}-B{}-F{}-S{}".format(*s),
 )
 def test_cuda_cluster_refuses_what_it_cannot_hold(
