@@ -423,7 +423,8 @@ Path requested_path() {
   return Path::kAuto;
 }
 
-// What auto runs: the persistent kernel up to a batch of 16 and 4096
+// What auto runs where the cluster does not (cluster_size, below): the
+// persistent kernel's cooperative grid up to a batch of 16 and 4096
 // elements of batch * state_size (where it fits; in float64 up to either); the
 // fused steps up to fused_max_macs multiply-adds per recurrent product (batch *
 // 3 state_size * state_size); and cuBLAS's GEMMs beyond, where its large tiles
@@ -450,14 +451,17 @@ bool persistent_size(
   }
   return batch <= 16 && batch * state <= 4096;
 }
-// Where auto prefers the cluster (sm_90 on) to the cooperative grid, among
-// the sizes persistent_size gives a persistent kernel: up to 128 (row,
-// column) items per block of its 16 (batch * state_size / 16). Measured on
-// the H200, float32, GPU ms: 512,1,32,128 1.92 against the grid's 4.52;
-// 512,16,32,128 4.88 against 5.45; 512,1,256,512 5.40 against 10.48; but at
-// 512,16,128,256 (256 items) 11.85 against 8.04. docs/performance.md.
-bool cluster_size(int64_t batch, int64_t state) {
-  return batch * ((state + 15) / 16) <= 128;
+// Where auto takes the cluster (sm_90 on), where it fits, before any other
+// path: up to 256 (row, column) items per block of its 16 (batch *
+// state_size / 16), 64 where the fused steps run on tensor cores. Measured
+// on the H200, T = 512, ms per call: float32 at 512,32,32,128 (256 items)
+// 4.79 against the fused steps' 6.15, at 512,16,128,256 (256) 6.41 against
+// 9.46, but at 512,64,32,128 (512) 8.98 against 6.51; float16 at
+// 512,8,32,128 (64) 2.09 against the tensor-core steps' 3.19, at
+// 512,16,32,128 (128) 3.11 against 3.31 but at T = 128 1.35 against 1.24.
+// docs/performance.md.
+bool cluster_size(int64_t batch, int64_t state, bool tensor_cores) {
+  return batch * ((state + 15) / 16) <= (tensor_cores ? 64 : 256);
 }
 int64_t fused_max_macs(at::ScalarType dtype, bool tensor_cores) {
   if (tensor_cores) {
@@ -489,13 +493,13 @@ Path choose_path(
       at::kHalf, at::kBFloat16, dtype, "lltm_sequence_fits", [&] {
         using K = kernel_t<scalar_t>;
         tensor_cores = cuda::steps_on_tensor_cores<K>();
-        wanted =
-            path != Path::kAuto || persistent_size(B, S, dtype, tensor_cores);
         // Their plans ask the driver: only where they could run.
-        cluster = wanted && path != Path::kPersistent &&
-            (path == Path::kCluster || cluster_size(B, S)) &&
+        cluster = path != Path::kPersistent &&
+            (path == Path::kCluster || cluster_size(B, S, tensor_cores)) &&
             cuda::sequence_persistent_fits<K>(
                       B, S, backward, cuda::Exchange::kCluster);
+        wanted = path != Path::kAuto || cluster ||
+            persistent_size(B, S, dtype, tensor_cores);
         grid = wanted && path != Path::kCluster && !cluster &&
             cuda::sequence_persistent_fits<K>(
                    B, S, backward, cuda::Exchange::kGrid);

@@ -604,7 +604,8 @@ def test_cuda_cluster_refuses_what_it_cannot_hold(
         with_grads(lltm.lltm_sequence, args)
 
 
-# auto's thresholds (cpp/sequence_cuda.cpp), a size on each side: the
+# auto's thresholds (cpp/sequence_cuda.cpp), a size on each side: on sm_90
+# the cluster up to 256 items of batch * state / 16 (64 on tensor cores); the
 # persistent kernel in one block up to 256 elements of batch * state, up to
 # batch 16 and 4096 elements (in float64, up to either); the fused steps up to
 # 2**26 multiply-adds per recurrent product (2**24 in 16-bit types); cuBLAS
@@ -613,6 +614,9 @@ def test_cuda_cluster_refuses_what_it_cannot_hold(
 AUTO_EDGES = [
     (3, 2, 4, 128),
     (3, 3, 4, 128),
+    (3, 8, 4, 128),
+    (3, 9, 4, 128),
+    (3, 16, 4, 256),
     (3, 8, 4, 512),
     (3, 9, 4, 512),
     (3, 16, 4, 512),
