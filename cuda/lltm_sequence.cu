@@ -396,12 +396,6 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
 // backward), its bias and the next step's inputs in registers, and loads
 // those while the exchange is under way.
 //
-// W_h stays in registers where a block's threads can hold their column's
-// rows of it (ClusterTiling): a step then reads only the tile from shared
-// memory, each pack of it once per group of rows, and the lanes of a warp
-// that read the same pack share the access. Else W_h's slice is in shared
-// memory, read at every step beside the tile.
-//
 // Rows of W_h and of the tile run along k in packs of 16 bytes (zeros past
 // S), read in one instruction each, and their lengths leave a pack per lane
 // of an item over a multiple of 128 bytes (banked), so that the lanes of a
@@ -442,30 +436,14 @@ __device__ __forceinline__ A dot(const Pack<A>& x, const Pack<A>& y, A sum) {
 // of W_h's slice ([3 J][ld_w]: gate g, column jl, along k); `ld` the row
 // length of the tile, whose rows hold one segment of `padded` (the forward's
 // h) or three (the backward's dZ, a gate each).
-//
-// A group of `lanes` adjacent threads computes column jl for `group_rows`
-// adjacent rows of the batch, its lanes splitting k. Where W_h is held in
-// registers (the kernels' InRegisters), each lane keeps its slice of k of
-// the column's three rows of W_h for the whole sequence, up to
-// kHeldPacks<A> packs a row, so that a step reads only the tile from shared
-// memory; else W_h's slice is in shared memory and a group has one row.
 struct ClusterTiling {
   int columns;
   int rows;
   int padded;
   int ld_w;
   int ld;
-  int lanes; // threads per group, a power of two up to 32
-  int group_rows;
+  int lanes; // threads per item, as in Tiling
 };
-
-// Packs of each of W_h's rows that a lane holds in registers, and the most
-// rows of a group: in float, 48 registers of W_h and 18 of sums, the most
-// that ptxas fits in a 512-thread block's 128 without spilling.
-template <typename A>
-constexpr int kHeldPacks = sizeof(A) == 8 ? 2 : 4;
-template <typename A>
-constexpr int kGroupRows = sizeof(A) == 8 ? 4 : 6;
 
 // The cluster's barrier, once before the first step: every block has
 // started, with its barriers initialized, before any block stores into it.
@@ -537,67 +515,45 @@ shared_address(const void* p) {
 #endif
 }
 
-// A block's tile and barrier as the blocks of the cluster address them
-// (mapa), mapped once per destination and step: a store at an element of
-// the tile adds its offset.
-struct RemoteTile {
-  uint32_t tile;
-  uint32_t bar;
-};
-
-[[maybe_unused]] __device__ __forceinline__ RemoteTile
-map_tile(const void* tile, const uint64_t* bar, int rank) {
-  RemoteTile to{0, 0};
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(to.tile)
-               : "r"(shared_address(tile)), "r"(rank));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(to.bar)
-               : "r"(shared_address(bar)), "r"(rank));
-#endif
-  return to;
-}
-
-// v into element `offset` of that tile, by st.async on its barrier.
+// v into this block's tile at `at`, in block `rank` (this one too), by
+// st.async on that block's barrier `bar`.
 template <typename A>
 __device__ __forceinline__ void send_element(
-    const RemoteTile& to,
-    int offset,
-    A v) {
+    const A* at,
+    int rank,
+    A v,
+    uint64_t* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint32_t there = to.tile + static_cast<uint32_t>(offset * sizeof(A));
+  uint32_t there, bar_there;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(there)
+               : "r"(shared_address(at)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(bar_there)
+               : "r"(shared_address(bar)), "r"(rank));
   if constexpr (sizeof(A) == 4) {
     asm volatile(
         "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::
             "r"(there),
         "r"(__float_as_uint(v)),
-        "r"(to.bar)
+        "r"(bar_there)
         : "memory");
   } else {
     asm volatile(
         "st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];" ::
             "r"(there),
         "l"(__double_as_longlong(v)),
-        "r"(to.bar)
+        "r"(bar_there)
         : "memory");
   }
 #endif
 }
 
-// v from lane `first + q` of the warp, for each q of this group's rows.
-template <typename A, int kRows>
-__device__ __forceinline__ void from_lanes(
-    A v,
-    int first,
-    int rows,
-    A (&out)[kRows]) {
-#pragma unroll
-  for (int q = 0; q < kRows; ++q) {
-    if (q < rows) {
-      out[q] = __shfl_sync(0xffffffffu, v, first + q);
-    }
-  }
+// v from the first lane of this thread's group of `lanes`.
+template <typename A>
+__device__ __forceinline__ A from_first_lane(A v, int lanes) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  return __shfl_sync(0xffffffffu, v, lane & ~(lanes - 1));
 }
 
 // v as T stores it, in the math type: what a reader of the stored tensor
@@ -609,46 +565,27 @@ __device__ __forceinline__ acc_t<T> as_stored(acc_t<T> v) {
   return widen(x);
 }
 
-// This thread's group and item: one round covers the tile. Lane q of a
-// group owns its row r0 + q: the pointwise math, the cell state and the
-// stores of that (row, column) item.
+// This thread's item: one round covers the tile.
 struct ClusterItem {
-  int r0; // the group's first batch row
-  int rows; // its rows inside the batch (0 for a group past the end)
-  int r; // the owner's batch row, r0 + part
+  int r; // the batch row
   int jl; // the column in the block's slice
   int j; // the state column
   int part; // the thread's lane in its group
-  int first; // the warp lane of the group's first thread
-  bool owner; // a lane that owns an item inside the problem
-  bool active; // any lane of a group with such items
+  bool owner; // the group's first lane, on an item inside the problem
+  bool active; // any lane of such a group
   int64_t at; // r * S + j
 };
 
 [[maybe_unused]] __device__ __forceinline__ ClusterItem
 cluster_item(const ClusterTiling& p, int S) {
-  const int group = static_cast<int>(threadIdx.x) / p.lanes;
+  const int item = static_cast<int>(threadIdx.x) / p.lanes;
   const int part = static_cast<int>(threadIdx.x) % p.lanes;
-  const int jl = group % p.columns;
-  const int r0 = group / p.columns * p.group_rows;
-  const int rows = max(0, min(p.group_rows, p.rows - r0));
+  const bool inside = item < p.rows * p.columns;
+  const int r = inside ? item / p.columns : 0;
+  const int jl = inside ? item - r * p.columns : 0;
   const int j = static_cast<int>(blockIdx.x) * p.columns + jl;
-  const bool active = rows > 0 && j < S;
-  const bool owner = active && part < rows;
-  const int r = owner ? r0 + part : 0;
-  const int first = (static_cast<int>(threadIdx.x) & 31) & ~(p.lanes - 1);
-  return {r0, rows, r, jl, j, part, first, owner, active, int64_t(r) * S + j};
-}
-
-// The value of row `part` of a group's sums v[q], in the lane that owns it.
-template <typename A, int kRows>
-__device__ __forceinline__ A own_row(const A (&v)[kRows], int part) {
-  A mine = 0;
-#pragma unroll
-  for (int q = 0; q < kRows; ++q) {
-    mine = q == part ? v[q] : mine;
-  }
-  return mine;
+  const bool active = inside && j < S;
+  return {r, jl, j, part, active && part == 0, active, int64_t(r) * S + j};
 }
 
 // The rows of W_h's slice that column jl's three gates read, as packs.
@@ -671,40 +608,11 @@ __device__ __forceinline__ GateRows<A> gate_rows(
   return {row(0), row(1), row(2)};
 }
 
-// Where W_h's slice is in shared memory, the rows column jl reads.
-template <typename A, bool InRegisters>
-__device__ __forceinline__ GateRows<A> slice_rows(
-    const ClusterTiling& p,
-    int jl) {
-  if constexpr (InRegisters) {
-    return {nullptr, nullptr, nullptr};
-  } else {
-    extern __shared__ __align__(16) unsigned char shared[];
-    return gate_rows(reinterpret_cast<const A*>(shared), p, jl);
-  }
-}
-
-// W_h's element of gate g at (column j, k): forward W_h[g S + j][k],
-// backward W_h[g S + k][j]; zero past S.
+// W_h's slice into w_s[(g J + jl) ld_w + k]: forward W_h[g S + j][k],
+// backward W_h[g S + k][j] (j = blockIdx.x J + jl); zeros past S. The
+// tiles' buffers after it are zeroed, so that their padding reads as zeros;
+// returns their start.
 template <typename T, bool Backward>
-__device__ __forceinline__ acc_t<T> w_element(
-    const T* w,
-    int64_t ld_w,
-    int S,
-    int g,
-    int j,
-    int k) {
-  if (j >= S || k >= S) {
-    return acc_t<T>(0);
-  }
-  const int64_t row = Backward ? int64_t(g) * S + k : int64_t(g) * S + j;
-  return widen(w[row * ld_w + (Backward ? j : k)]);
-}
-
-// The shared memory of a cluster block: W_h's slice, unless it is held in
-// registers, as w_s[(g J + jl) ld_w + k], then the tiles' two buffers,
-// zeroed so that their padding reads as zeros. Returns the buffers' start.
-template <typename T, bool Backward, bool InRegisters>
 __device__ acc_t<T>* cluster_slice(
     const T* w,
     int64_t ld_w,
@@ -714,27 +622,29 @@ __device__ acc_t<T>* cluster_slice(
   extern __shared__ __align__(16) unsigned char shared[];
   A* w_s = reinterpret_cast<A*>(shared);
   const int J = p.columns;
-  if constexpr (!InRegisters) {
-    const int j0 = static_cast<int>(blockIdx.x) * J;
-    const int n = 3 * J * p.padded;
-    for (int e = threadIdx.x; e < n; e += blockDim.x) {
-      // Adjacent threads read adjacent words of W_h: k, or in the backward
-      // jl.
-      int g, jl, k;
-      if constexpr (Backward) {
-        jl = e % J;
-        k = (e / J) % p.padded;
-        g = e / (J * p.padded);
-      } else {
-        k = e % p.padded;
-        jl = (e / p.padded) % J;
-        g = e / (J * p.padded);
-      }
-      w_s[(g * J + jl) * p.ld_w + k] =
-          w_element<T, Backward>(w, ld_w, S, g, j0 + jl, k);
+  const int j0 = static_cast<int>(blockIdx.x) * J;
+  const int n = 3 * J * p.padded;
+  for (int e = threadIdx.x; e < n; e += blockDim.x) {
+    // Adjacent threads read adjacent words of W_h: k, or in the backward jl.
+    int g, jl, k;
+    if constexpr (Backward) {
+      jl = e % J;
+      k = (e / J) % p.padded;
+      g = e / (J * p.padded);
+    } else {
+      k = e % p.padded;
+      jl = (e / p.padded) % J;
+      g = e / (J * p.padded);
     }
+    const int j = j0 + jl;
+    A v = 0;
+    if (j < S && k < S) {
+      const int64_t row = Backward ? int64_t(g) * S + k : int64_t(g) * S + j;
+      v = widen(w[row * ld_w + (Backward ? j : k)]);
+    }
+    w_s[(g * J + jl) * p.ld_w + k] = v;
   }
-  A* tiles = InRegisters ? w_s : w_s + 3 * J * p.ld_w;
+  A* tiles = w_s + 3 * J * p.ld_w;
   for (int e = threadIdx.x; e < 2 * p.rows * p.ld; e += blockDim.x) {
     tiles[e] = 0;
   }
@@ -742,107 +652,16 @@ __device__ acc_t<T>* cluster_slice(
   return tiles;
 }
 
-// The three dot products of a group's rows over this lane's packs of k:
-// z[q][g] += tile row q . W_h's row of gate g, in the backward with the
-// tile's segment g of row q. `rows` points at the tile's first row of the
-// group, `n` of them in the batch.
-template <typename A, bool InRegisters, bool Backward>
-struct GroupDots {
-  static constexpr int kRows = InRegisters ? kGroupRows<A> : 1;
-  static constexpr int kHeld = InRegisters ? kHeldPacks<A> : 1;
-  Pack<A> w[3][kHeld]; // in registers: this lane's packs of k
-
-  template <typename T>
-  __device__ void hold(
-      const T* w_h,
-      int64_t ld_w,
-      int S,
-      const ClusterItem& it,
-      int lanes) {
-    constexpr int kSize = Pack<A>::kSize;
-#pragma unroll
-    for (int g = 0; g < 3; ++g) {
-#pragma unroll
-      for (int i = 0; i < kHeld; ++i) {
-#pragma unroll
-        for (int e = 0; e < kSize; ++e) {
-          const int k = (it.part + i * lanes) * kSize + e;
-          w[g][i].v[e] = it.active
-              ? w_element<T, Backward>(w_h, ld_w, S, g, it.j, k)
-              : A(0);
-        }
-      }
-    }
-  }
-
-  __device__ __forceinline__ void add_pack(
-      A (&z)[kRows][3],
-      const A* rows,
-      const ClusterTiling& p,
-      int n,
-      int u,
-      const Pack<A>& wi,
-      const Pack<A>& wo,
-      const Pack<A>& wc) const {
-#pragma unroll
-    for (int q = 0; q < kRows; ++q) {
-      if (q < n) {
-        const A* row = rows + q * p.ld;
-        const auto at = [&](int segment) {
-          return load(reinterpret_cast<const Pack<A>*>(row + segment) + u);
-        };
-        const Pack<A> x = at(0);
-        z[q][0] = dot(x, wi, z[q][0]);
-        z[q][1] = dot(Backward ? at(p.padded) : x, wo, z[q][1]);
-        z[q][2] = dot(Backward ? at(2 * p.padded) : x, wc, z[q][2]);
-      }
-    }
-  }
-
-  __device__ __forceinline__ void run(
-      A (&z)[kRows][3],
-      const A* rows,
-      const ClusterTiling& p,
-      const ClusterItem& it,
-      int packs,
-      const GateRows<A>& w_s) const {
-    const int lanes = p.lanes;
-    const int n = it.rows;
-    if constexpr (InRegisters) {
-#pragma unroll
-      for (int i = 0; i < kHeld; ++i) {
-        const int u = it.part + i * lanes;
-        if (u < packs) {
-          add_pack(z, rows, p, n, u, w[0][i], w[1][i], w[2][i]);
-        }
-      }
-    } else {
-      for (int u = it.part; u < packs; u += lanes) {
-        add_pack(
-            z,
-            rows,
-            p,
-            n,
-            u,
-            load(w_s.i + u),
-            load(w_s.o + u),
-            load(w_s.c + u));
-      }
-    }
-  }
-};
-
-template <typename T, bool InRegisters>
+template <typename T>
 __global__ void __launch_bounds__(kClusterThreads) cluster_forward_kernel(
     const SequenceForwardArgs<T> a,
     const ClusterTiling p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using A = acc_t<T>;
-  using Dots = GroupDots<A, InRegisters, false>;
-  constexpr int kRows = Dots::kRows;
   const int S = static_cast<int>(a.state);
   const int B = static_cast<int>(a.batch);
-  A* h_s = cluster_slice<T, false, InRegisters>(a.w, a.ld_w, S, p);
+  A* h_s = cluster_slice<T, false>(a.w, a.ld_w, S, p);
+  const A* w_s = reinterpret_cast<const A*>(h_s) - 3 * p.columns * p.ld_w;
   const int64_t BS = int64_t(B) * S;
   const int buffer = p.rows * p.ld; // h_{t-1} of every row in buffer t % 2
   const auto expected = static_cast<uint32_t>(B * S * sizeof(A)); // a tile
@@ -855,10 +674,6 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_forward_kernel(
     h_s[(e / S) * p.ld + e % S] = widen(a.h0[e]);
   }
   const ClusterItem it = cluster_item(p, S);
-  Dots dots;
-  if constexpr (InRegisters) {
-    dots.hold(a.w, a.ld_w, S, it, p.lanes);
-  }
   const bool save = a.cells != nullptr;
   A bi = 0, bo = 0, bc = 0, c = 0, pi = 0, po = 0, pc = 0;
   if (it.owner) {
@@ -873,58 +688,49 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_forward_kernel(
   }
   cluster_sync(); // W_h, h0 and the barriers in, in every block
   const int packs = it.active ? p.padded / Pack<A>::kSize : 0;
-  const GateRows<A> w_rows = slice_rows<A, InRegisters>(p, it.jl);
+  const auto [w_i, w_o, w_c] = gate_rows(w_s, p, it.jl);
   for (int64_t t = 0; t < a.steps; ++t) {
     const bool last = t == a.steps - 1;
-    A z[kRows][3] = {};
-    dots.run(z, h_s + (t & 1) * buffer + it.r0 * p.ld, p, it, packs, w_rows);
-    A zi[kRows] = {}, zo[kRows] = {}, zc[kRows] = {};
-#pragma unroll
-    for (int q = 0; q < kRows; ++q) {
-      if (q < p.group_rows) {
-        zi[q] = sum_lanes(z[q][0], p.lanes);
-        zo[q] = sum_lanes(z[q][1], p.lanes);
-        zc[q] = sum_lanes(z[q][2], p.lanes);
-      }
+    const auto* h_r =
+        reinterpret_cast<const Pack<A>*>(h_s + (t & 1) * buffer + it.r * p.ld);
+    A zi = 0, zo = 0, zc = 0;
+    for (int u = it.part; u < packs; u += p.lanes) {
+      const Pack<A> h = load(h_r + u);
+      zi = dot(h, load(w_i + u), zi);
+      zo = dot(h, load(w_o + u), zo);
+      zc = dot(h, load(w_c + u), zc);
     }
-    const CellForward<A> f = cell_forward(
-        own_row(zi, it.part) + pi + bi,
-        own_row(zo, it.part) + po + bo,
-        own_row(zc, it.part) + pc + bc,
-        c);
+    zi = sum_lanes(zi, p.lanes);
+    zo = sum_lanes(zo, p.lanes);
+    zc = sum_lanes(zc, p.lanes);
+    const CellForward<A> f =
+        cell_forward(zi + pi + bi, zo + po + bo, zc + pc + bc, c);
     A* next = h_s + ((t + 1) & 1) * buffer;
     uint64_t* bar = bars + ((t + 1) & 1);
     if (!last) { // h_t to every block, the group's lanes a block each
-      A h[kRows] = {};
-      from_lanes(as_stored<T>(f.h), it.first, p.group_rows, h);
+      const A h = from_first_lane(as_stored<T>(f.h), p.lanes);
       if (it.active) {
         for (int rank = it.part; rank < static_cast<int>(gridDim.x);
              rank += p.lanes) {
-          const RemoteTile to = map_tile(next, bar, rank);
-#pragma unroll
-          for (int q = 0; q < kRows; ++q) {
-            if (q < it.rows) {
-              send_element(to, (it.r0 + q) * p.ld + it.j, h[q]);
-            }
-          }
+          send_element(next + it.r * p.ld + it.j, rank, h, bar);
         }
       }
     }
     if (it.owner) {
-      T* z_t = a.gates + (t * B + it.r) * 3 * S;
+      T* z = a.gates + (t * B + it.r) * 3 * S;
       put((save ? a.cells + t * BS : a.c_n) + it.at, f.cell);
       put(a.output + t * BS + it.at, f.h);
       if (save) {
-        put(z_t + it.j, f.i);
-        put(z_t + S + it.j, f.o);
-        put(z_t + 2 * S + it.j, f.g);
+        put(z + it.j, f.i);
+        put(z + S + it.j, f.o);
+        put(z + 2 * S + it.j, f.g);
       }
       if (last) {
         put(a.h_n + it.at, f.h);
         put(a.c_n + it.at, f.cell);
       } else {
         c = as_stored<T>(f.cell);
-        const T* z_next = z_t + int64_t(B) * 3 * S;
+        const T* z_next = z + int64_t(B) * 3 * S;
         pi = widen(z_next[it.j]);
         po = widen(z_next[S + it.j]);
         pc = widen(z_next[2 * S + it.j]);
@@ -944,17 +750,16 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_forward_kernel(
 
 // The backward in one cluster: dc, the running cell gradient, stays in the
 // owner's registers, so it needs no workspace.
-template <typename T, bool InRegisters>
+template <typename T>
 __global__ void __launch_bounds__(kClusterThreads) cluster_backward_kernel(
     const SequenceBackwardArgs<T> a,
     const ClusterTiling p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using A = acc_t<T>;
-  using Dots = GroupDots<A, InRegisters, true>;
-  constexpr int kRows = Dots::kRows;
   const int S = static_cast<int>(a.state);
   const int B = static_cast<int>(a.batch);
-  A* dz_s = cluster_slice<T, true, InRegisters>(a.w, a.ld_w, S, p);
+  A* dz_s = cluster_slice<T, true>(a.w, a.ld_w, S, p);
+  const A* w_s = reinterpret_cast<const A*>(dz_s) - 3 * p.columns * p.ld_w;
   const int64_t G = 3 * static_cast<int64_t>(S);
   const int buffer = p.rows * p.ld; // dZ_t of every row in buffer t % 2
   const int64_t end = a.d_h0 != nullptr ? -1 : 0;
@@ -965,10 +770,6 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_backward_kernel(
     barrier_init(bars + 1, expected);
   }
   const ClusterItem it = cluster_item(p, S);
-  Dots dots;
-  if constexpr (InRegisters) {
-    dots.hold(a.w, a.ld_w, S, it, p.lanes);
-  }
   // The loads of step t that do not wait for dZ_{t+1}; the tanh of c_t
   // waits for its use, so that the load hides behind the exchange.
   A gh = 0, i = 0, o = 0, g = 0, cell = 0;
@@ -988,26 +789,21 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_backward_kernel(
   }
   cluster_sync(); // as in the forward
   const int packs = it.active ? p.padded / Pack<A>::kSize : 0;
-  const GateRows<A> w_rows = slice_rows<A, InRegisters>(p, it.jl);
+  const auto [w_i, w_o, w_c] = gate_rows(w_s, p, it.jl);
   for (int64_t t = a.steps - 1; t >= end; --t) {
     A recurrent = 0; // dZ_{t+1} W_h at (r, j)
     if (t != a.steps - 1) {
-      A z[kRows][3] = {};
-      dots.run(
-          z,
-          dz_s + ((t + 1) & 1) * buffer + it.r0 * p.ld,
-          p,
-          it,
-          packs,
-          w_rows);
-      A sums[kRows] = {};
-#pragma unroll
-      for (int q = 0; q < kRows; ++q) {
-        if (q < p.group_rows) {
-          sums[q] = sum_lanes(z[q][0] + z[q][1] + z[q][2], p.lanes);
-        }
+      const A* row = dz_s + ((t + 1) & 1) * buffer + it.r * p.ld;
+      const auto* dz_i = reinterpret_cast<const Pack<A>*>(row);
+      const auto* dz_o = reinterpret_cast<const Pack<A>*>(row + p.padded);
+      const auto* dz_c = reinterpret_cast<const Pack<A>*>(row + 2 * p.padded);
+      A ri = 0, ro = 0, rc = 0;
+      for (int u = it.part; u < packs; u += p.lanes) {
+        ri = dot(load(dz_i + u), load(w_i + u), ri);
+        ro = dot(load(dz_o + u), load(w_o + u), ro);
+        rc = dot(load(dz_c + u), load(w_c + u), rc);
       }
-      recurrent = own_row(sums, it.part);
+      recurrent = sum_lanes(ri + ro + rc, p.lanes);
     }
     if (t < 0) { // the last pass: d_h0 = dZ_0 W_h
       if (it.owner) {
@@ -1020,23 +816,16 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_backward_kernel(
     A* next = dz_s + (t & 1) * buffer;
     uint64_t* bar = bars + (t & 1);
     if (t > end) { // dZ_t to every block, as in the forward
-      A di[kRows] = {}, dout[kRows] = {}, dcand[kRows] = {};
-      from_lanes(as_stored<T>(d.dz_i), it.first, p.group_rows, di);
-      from_lanes(as_stored<T>(d.dz_o), it.first, p.group_rows, dout);
-      from_lanes(as_stored<T>(d.dz_c), it.first, p.group_rows, dcand);
+      const A di = from_first_lane(as_stored<T>(d.dz_i), p.lanes);
+      const A dout = from_first_lane(as_stored<T>(d.dz_o), p.lanes);
+      const A dcand = from_first_lane(as_stored<T>(d.dz_c), p.lanes);
       if (it.active) {
+        A* mine = next + it.r * p.ld + it.j;
         for (int rank = it.part; rank < static_cast<int>(gridDim.x);
              rank += p.lanes) {
-          const RemoteTile to = map_tile(next, bar, rank);
-#pragma unroll
-          for (int q = 0; q < kRows; ++q) {
-            if (q < it.rows) {
-              const int at = (it.r0 + q) * p.ld + it.j;
-              send_element(to, at, di[q]);
-              send_element(to, at + p.padded, dout[q]);
-              send_element(to, at + 2 * p.padded, dcand[q]);
-            }
-          }
+          send_element(mine, rank, di, bar);
+          send_element(mine + p.padded, rank, dout, bar);
+          send_element(mine + 2 * p.padded, rank, dcand, bar);
         }
       }
     }
@@ -1069,18 +858,15 @@ struct Plan {
   bool fits;
   Tiling tiling; // of the grid
   ClusterTiling cluster; // of the cluster
-  bool in_registers; // the cluster's W_h
   int blocks;
   size_t shared_bytes;
 };
 
-template <typename T, bool Backward, Exchange X, bool InRegisters = false>
+template <typename T, bool Backward, Exchange X>
 const void* kernel_of() {
   if constexpr (X == Exchange::kCluster) {
-    return Backward ? reinterpret_cast<const void*>(
-                          &cluster_backward_kernel<T, InRegisters>)
-                    : reinterpret_cast<const void*>(
-                          &cluster_forward_kernel<T, InRegisters>);
+    return Backward ? reinterpret_cast<const void*>(&cluster_backward_kernel<T>)
+                    : reinterpret_cast<const void*>(&cluster_forward_kernel<T>);
   } else if constexpr (Backward) {
     return reinterpret_cast<const void*>(&sequence_backward_kernel<T>);
   } else {
@@ -1225,21 +1011,14 @@ cudaError_t cluster_blocks(const DeviceLimits& limits, int* out) {
   }
   int blocks = 0;
   if (limits.capability >= 90) {
-    // Both kernels at their most: their blocks take a multiprocessor each.
     const void* kernel = kernel_of<T, Backward, Exchange::kCluster>();
-    cudaError_t status = cudaSuccess;
-    for (const void* k :
-         {kernel, kernel_of<T, Backward, Exchange::kCluster, true>()}) {
-      if (status == cudaSuccess) {
-        status = cudaFuncSetAttribute(
-            k,
-            cudaFuncAttributeMaxDynamicSharedMemorySize,
-            limits.shared_bytes);
-      }
-      if (status == cudaSuccess) {
-        status = cudaFuncSetAttribute(
-            k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-      }
+    cudaError_t status = cudaFuncSetAttribute(
+        kernel,
+        cudaFuncAttributeMaxDynamicSharedMemorySize,
+        limits.shared_bytes);
+    if (status == cudaSuccess) {
+      status = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     }
     for (const int n : {16, 8}) {
       if (status != cudaSuccess || blocks != 0) {
@@ -1272,39 +1051,6 @@ int64_t banked(int64_t n, int64_t element_bytes, int lanes) {
   return bytes / element_bytes;
 }
 
-// Where W_h's slice can be held in registers: the lanes of a group, each
-// with at most `held` of the `packs` packs of k; more, up to a warp, while
-// every row still has a group of its own; then the rows of a group
-// (group_rows), at most `most_rows` and one per lane, so that the block's
-// threads hold the batch. 0 where they cannot.
-int held_lanes(
-    int64_t batch,
-    int64_t columns,
-    int64_t packs,
-    int held,
-    int most_rows,
-    int64_t* group_rows) {
-  int64_t lanes = 1;
-  while (lanes * held < packs) {
-    lanes *= 2;
-  }
-  while (lanes < 32 && 2 * lanes <= packs &&
-         columns * 2 * lanes * batch <= kClusterThreads) {
-    lanes *= 2;
-  }
-  const int64_t groups = kClusterThreads / (columns * lanes); // of rows
-  if (lanes > 32 || groups < 1) {
-    return 0;
-  }
-  const int64_t rows =
-      (batch + std::min(groups, batch) - 1) / std::min(groups, batch);
-  if (rows > most_rows || rows > lanes) {
-    return 0;
-  }
-  *group_rows = rows;
-  return static_cast<int>(lanes);
-}
-
 template <typename T, bool Backward>
 cudaError_t plan_cluster(int64_t batch, int64_t state, Plan* out) {
   using A = acc_t<T>;
@@ -1329,24 +1075,12 @@ cudaError_t plan_cluster(int64_t batch, int64_t state, Plan* out) {
     return cudaSuccess; // more items than one round of a block's threads
   }
   constexpr int64_t kSize = Pack<A>::kSize;
+  const int lanes = lanes_for(batch * columns, kClusterThreads);
   const int64_t padded = (state + kSize - 1) / kSize * kSize;
-  int64_t group_rows = 1;
-  int lanes = held_lanes(
-      batch,
-      columns,
-      padded / kSize,
-      kHeldPacks<A>,
-      kGroupRows<A>,
-      &group_rows);
-  const bool in_registers = lanes != 0;
-  if (!in_registers) {
-    lanes = lanes_for(batch * columns, kClusterThreads);
-  }
   const int64_t ld_w = banked(padded, sizeof(A), lanes);
   const int64_t ld = banked((Backward ? 3 : 1) * padded, sizeof(A), lanes);
   const int64_t bytes =
-      ((in_registers ? 0 : 3 * columns * ld_w) + 2 * batch * ld) *
-          int64_t(sizeof(A)) +
+      (3 * columns * ld_w + 2 * batch * ld) * int64_t(sizeof(A)) +
       2 * int64_t(sizeof(uint64_t)); // and the buffers' barriers
   if (bytes > limits.shared_bytes) {
     return cudaSuccess;
@@ -1358,9 +1092,7 @@ cudaError_t plan_cluster(int64_t batch, int64_t state, Plan* out) {
       static_cast<int>(padded),
       static_cast<int>(ld_w),
       static_cast<int>(ld),
-      lanes,
-      static_cast<int>(group_rows)};
-  out->in_registers = in_registers;
+      lanes};
   out->blocks = static_cast<int>(blocks);
   out->shared_bytes = static_cast<size_t>(bytes);
   return cudaSuccess;
@@ -1397,10 +1129,7 @@ cudaError_t launch(
     void* params[] = {&a, &tiling};
     ClusterLaunch launch(p.blocks, p.shared_bytes, stream);
     launched = cudaLaunchKernelExC(
-        &launch.config,
-        p.in_registers ? kernel_of<T, Backward, Exchange::kCluster, true>()
-                       : kernel_of<T, Backward, Exchange::kCluster>(),
-        params);
+        &launch.config, kernel_of<T, Backward, Exchange::kCluster>(), params);
   } else {
     Tiling tiling = p.tiling;
     void* backward_params[] = {&a, &tiling, &workspace};

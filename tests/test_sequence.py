@@ -555,21 +555,15 @@ def test_cuda_fused_tensor_core_tiles(
 
 # The cluster's kernels (sm_90 on: 16 blocks of 512 threads on an H200) at
 # the edges of their regime: one step, one row, states that leave blocks
-# without a column (5, 33). With W_h in registers: a group of a warp's lanes
-# (batch 1 at state 128), groups of 2 rows and a last group of one (13), and
-# of the most rows, 6 (48). With W_h's slice in shared memory: one row past
-# that (49), items of one lane (batch * columns = 264), one item per thread
-# of a block (batch 64 at state 128), and in float32 the shared memory's
-# edge at state 512 (W_h's slice of 32 columns, and the double-buffered
-# tile: batch 2 in the backward, 8 in the forward).
+# without a column (5, 33), items of several lanes and of one (batch *
+# columns = 264), one item per thread of a block (batch 64 at state 128),
+# and in float32 the shared memory's edge at state 512 (W_h's slice of 32
+# columns, and the double-buffered tile: batch 2 in the backward, 8 in the
+# forward).
 CLUSTER_SHAPES = [
     (1, 1, 3, 5),
     (3, 7, 5, 33),
-    (4, 1, 8, 128),
     (4, 16, 8, 128),
-    (3, 13, 4, 128),
-    (3, 48, 4, 128),
-    (3, 49, 4, 128),
     (2, 33, 4, 128),  # a lane per item
     (3, 64, 4, 128),  # the most items: a thread each
     (3, 16, 4, 256),
