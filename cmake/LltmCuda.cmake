@@ -116,7 +116,7 @@ function(lltm_add_cuda_kernels target)
 
   add_library(
     lltm_cuda_kernels STATIC cuda/lltm_kernel.cu cuda/lltm_small.cu cuda/lltm_sequence.cu
-                             cuda/lltm_step.cu cuda/lltm_step_mma.cu)
+                             cuda/lltm_cluster_mma.cu cuda/lltm_step.cu cuda/lltm_step_mma.cu)
   set_target_properties(
     lltm_cuda_kernels
     PROPERTIES CUDA_ARCHITECTURES "${_archs}"

@@ -453,15 +453,17 @@ bool persistent_size(
 }
 // Where auto takes the cluster (sm_90 on), where it fits, before any other
 // path: up to 256 (row, column) items per block of its 16 (batch *
-// state_size / 16), 64 where the fused steps run on tensor cores. Measured
-// on the H200, T = 512, ms per call: float32 at 512,32,32,128 (256 items)
-// 4.79 against the fused steps' 6.15, at 512,16,128,256 (256) 6.41 against
-// 9.46, but at 512,64,32,128 (512) 8.98 against 6.51; float16 at
-// 512,8,32,128 (64) 2.09 against the tensor-core steps' 3.19, at
-// 512,16,32,128 (128) 3.11 against 3.31 but at T = 128 1.35 against 1.24.
+// state_size / 16) on CUDA cores, 512 in float16 and bfloat16, whose
+// cluster runs on tensor cores from batch 2 (cuda/lltm_cluster_mma.cu).
+// Measured on the H200, T = 512, ms per call: float32 at 512,32,32,128 (256
+// items) 4.79 against the fused steps' 6.15, at 512,16,128,256 (256) 6.41
+// against 9.46, but at 512,64,32,128 (512) 8.98 against 6.51; float16 on
+// tensor cores at 512,64,32,128 (512) 3.14 against the tensor-core steps'
+// 3.84, at 512,16,128,256 (256) 2.76 against 4.24, but at 512,128,32,128
+// (1024) 4.95 against 3.95 and at 512,48,128,256 (768) 4.58 against 4.39.
 // docs/performance.md.
 bool cluster_size(int64_t batch, int64_t state, bool tensor_cores) {
-  return batch * ((state + 15) / 16) <= (tensor_cores ? 64 : 256);
+  return batch * ((state + 15) / 16) <= (tensor_cores ? 512 : 256);
 }
 int64_t fused_max_macs(at::ScalarType dtype, bool tensor_cores) {
   if (tensor_cores) {

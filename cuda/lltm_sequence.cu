@@ -34,6 +34,7 @@
 // per-step path.
 #include "lltm_sequence.h"
 
+#include "lltm_cluster.h"
 #include "lltm_device.h"
 
 #include <cooperative_groups.h>
@@ -43,6 +44,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <type_traits>
 
 namespace lltm::cuda {
 namespace {
@@ -56,24 +58,6 @@ using namespace detail; // NOLINT(google-build-using-namespace)
 template <typename T>
 __device__ __forceinline__ acc_t<T> load_shared_data(const T* p) {
   return widen(__ldcg(p));
-}
-
-using detail::load_element; // the [batch, state] one, beside this
-
-// load_element for a [steps, batch, state] operand, in one index
-// expression: a Strided view of the step costs the backward registers
-// (spills on sm_75).
-template <typename T>
-__device__ __forceinline__ acc_t<T> load_element(
-    const Strided3<T>& m,
-    int64_t step,
-    int64_t row,
-    int64_t col) {
-  return m.data == nullptr
-      ? acc_t<T>(0)
-      : widen(m.data
-                  [step * m.step_stride + row * m.row_stride +
-                   col * m.col_stride]);
 }
 
 // The barrier between steps: a grid-wide one, or, where the grid is one
@@ -390,7 +374,7 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
 // sm_90) with one (row, column) item per group of lanes, the blocks pass
 // h_t (dZ_t) to each other through distributed shared memory, not L2, and
 // no step waits at a grid's barrier or a cluster's: each block waits for
-// the bytes of its own tile (the exchange, below). The tile is
+// the bytes of its own tile (the exchange, lltm_cluster.h). The tile is
 // double-buffered: a step reads buffer t % 2 while the blocks write the next
 // step's into the other one. A thread keeps its item's cell state (dc in the
 // backward), its bias and the next step's inputs in registers, and loads
@@ -445,124 +429,11 @@ struct ClusterTiling {
   int lanes; // threads per item, as in Tiling
 };
 
-// The cluster's barrier, once before the first step: every block has
-// started, with its barriers initialized, before any block stores into it.
-[[maybe_unused]] __device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-
-// The exchange between steps. Each block's items go by st.async into the
-// tile of every block of the cluster, this one too, and each store counts
-// its bytes down a transaction barrier (mbarrier) of the block it lands in.
-// A block then waits on its own barrier for exactly the bytes of a step: the
-// whole tile. Nothing waits for its own stores to land (a release at the
-// cluster's barrier does), and no block waits for another to arrive. The
-// double buffer needs no barrier after the read either: a block can send
-// step t + 1's values only once it has every block's step t ones, and each
-// block sent those after its last read of the buffer they overwrite. Bytes
-// may land before their phase is armed (barrier_expect): the arrival it
-// makes holds the phase open until then.
-[[maybe_unused]] __device__ __forceinline__ uint32_t
-shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Arms the barrier's current phase: one arrival, and `bytes` to come.
-[[maybe_unused]] __device__ __forceinline__ void barrier_expect(
-    uint64_t* bar,
-    uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
-                   shared_address(bar)),
-               "r"(bytes)
-               : "memory");
-#endif
-}
-
-// A barrier whose phases complete on one arrival and their bytes, its first
-// one armed; seen by the other blocks after the next cluster_sync.
-[[maybe_unused]] __device__ __forceinline__ void barrier_init(
-    uint64_t* bar,
-    uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar))
-      : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  barrier_expect(bar, bytes);
-#endif
-}
-
-// Until the barrier's phase of this parity has completed. At the block's
-// scope, as the CUDA C++ examples of st.async wait: the cluster's would
-// invalidate L1 at every step.
-[[maybe_unused]] __device__ __forceinline__ void barrier_wait(
-    uint64_t* bar,
-    uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait;\n"
-      "}\n" ::"r"(shared_address(bar)),
-      "r"(parity)
-      : "memory");
-#endif
-}
-
-// v into this block's tile at `at`, in block `rank` (this one too), by
-// st.async on that block's barrier `bar`.
-template <typename A>
-__device__ __forceinline__ void send_element(
-    const A* at,
-    int rank,
-    A v,
-    uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint32_t there, bar_there;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(there)
-               : "r"(shared_address(at)), "r"(rank));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(bar_there)
-               : "r"(shared_address(bar)), "r"(rank));
-  if constexpr (sizeof(A) == 4) {
-    asm volatile(
-        "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::
-            "r"(there),
-        "r"(__float_as_uint(v)),
-        "r"(bar_there)
-        : "memory");
-  } else {
-    asm volatile(
-        "st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];" ::
-            "r"(there),
-        "l"(__double_as_longlong(v)),
-        "r"(bar_there)
-        : "memory");
-  }
-#endif
-}
-
 // v from the first lane of this thread's group of `lanes`.
 template <typename A>
 __device__ __forceinline__ A from_first_lane(A v, int lanes) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
   return __shfl_sync(0xffffffffu, v, lane & ~(lanes - 1));
-}
-
-// v as T stores it, in the math type: what a reader of the stored tensor
-// gets, so that every path feeds the next step the same values.
-template <typename T>
-__device__ __forceinline__ acc_t<T> as_stored(acc_t<T> v) {
-  T x;
-  put(&x, v);
-  return widen(x);
 }
 
 // This thread's item: one round covers the tile.
@@ -971,76 +842,6 @@ cudaError_t plan_grid(int64_t batch, int64_t state, Plan* out) {
   return cudaSuccess;
 }
 
-// A launch of one cluster of `blocks` blocks of kClusterThreads threads: the
-// grid is the cluster. The configuration points at the attribute beside it, so
-// the two live together.
-struct ClusterLaunch {
-  cudaLaunchAttribute attribute{};
-  cudaLaunchConfig_t config{};
-
-  ClusterLaunch(int blocks, size_t shared_bytes, cudaStream_t stream) {
-    const auto n = static_cast<unsigned int>(blocks);
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = n;
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    config.gridDim = dim3(n);
-    config.blockDim = dim3(kClusterThreads);
-    config.dynamicSmemBytes = shared_bytes;
-    config.stream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-  }
-  ClusterLaunch(const ClusterLaunch&) = delete;
-  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
-};
-
-// The most blocks of the cluster kernel that one cluster of this device
-// runs at the kernel's most shared memory (16, on sm_90, where the device
-// allows a cluster beyond the portable 8), or 0 where it has no clusters.
-// Asked once per kernel and device, at the most shared memory: one block
-// per multiprocessor, the fewest a cluster can be placed with.
-template <typename T, bool Backward>
-cudaError_t cluster_blocks(const DeviceLimits& limits, int* out) {
-  static std::array<std::atomic<int>, 64> known{}; // blocks + 1; 0: unasked
-  std::atomic<int>& here = known[device_slot(limits.device)];
-  const int seen = here.load(std::memory_order_acquire);
-  if (seen != 0) {
-    *out = seen - 1;
-    return cudaSuccess;
-  }
-  int blocks = 0;
-  if (limits.capability >= 90) {
-    const void* kernel = kernel_of<T, Backward, Exchange::kCluster>();
-    cudaError_t status = cudaFuncSetAttribute(
-        kernel,
-        cudaFuncAttributeMaxDynamicSharedMemorySize,
-        limits.shared_bytes);
-    if (status == cudaSuccess) {
-      status = cudaFuncSetAttribute(
-          kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    }
-    for (const int n : {16, 8}) {
-      if (status != cudaSuccess || blocks != 0) {
-        break;
-      }
-      ClusterLaunch launch(n, static_cast<size_t>(limits.shared_bytes), 0);
-      int clusters = 0;
-      status =
-          cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config);
-      if (status == cudaSuccess && clusters > 0) {
-        blocks = n;
-      }
-    }
-    if (status != cudaSuccess) {
-      return status;
-    }
-  }
-  here.store(blocks + 1, std::memory_order_release);
-  *out = blocks;
-  return cudaSuccess;
-}
-
 // A row length for n elements: n rounded up to 128 bytes, plus a pack per
 // lane of an item (up to 4), so that the 8 lanes of a quarter-warp, which
 // read 16 bytes each, read adjacent rows' packs from distinct banks: items of
@@ -1060,7 +861,13 @@ cudaError_t plan_cluster(int64_t batch, int64_t state, Plan* out) {
     return status;
   }
   int most = 0;
-  status = cluster_blocks<T, Backward>(limits, &most);
+  if constexpr (Backward) {
+    status = cluster_blocks<&cluster_backward_kernel<T>>(
+        limits, kClusterThreads, &most);
+  } else {
+    status = cluster_blocks<&cluster_forward_kernel<T>>(
+        limits, kClusterThreads, &most);
+  }
   if (status != cudaSuccess || most == 0) {
     return status;
   }
@@ -1127,7 +934,7 @@ cudaError_t launch(
   if (x == Exchange::kCluster) {
     ClusterTiling tiling = p.cluster;
     void* params[] = {&a, &tiling};
-    ClusterLaunch launch(p.blocks, p.shared_bytes, stream);
+    ClusterLaunch launch(p.blocks, kClusterThreads, p.shared_bytes, stream);
     launched = cudaLaunchKernelExC(
         &launch.config, kernel_of<T, Backward, Exchange::kCluster>(), params);
   } else {
@@ -1145,6 +952,38 @@ cudaError_t launch(
   return launched != cudaSuccess ? launched : cudaGetLastError();
 }
 
+// Whether the cluster runs on tensor cores (lltm_cluster_mma.cu): in
+// float16 and bfloat16 where those kernels fit, but at batch 1 on CUDA
+// cores where these fit: their exchange, from registers and with no block
+// barrier, is the faster one there (docs/performance.md).
+template <typename T>
+bool on_tensor_cores(
+    int64_t batch,
+    int64_t state,
+    bool backward,
+    Exchange exchange) {
+  if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+    if (exchange != Exchange::kCluster ||
+        !cluster_mma_fits<T>(batch, state, backward)) {
+      return false;
+    }
+    if (batch == 1) {
+      Plan p{};
+      const cudaError_t status = backward
+          ? plan<T, true>(batch, state, exchange, &p)
+          : plan<T, false>(batch, state, exchange, &p);
+      if (status != cudaSuccess) {
+        (void)cudaGetLastError();
+        return true;
+      }
+      return !p.fits;
+    }
+    return true;
+  } else {
+    return false;
+  }
+}
+
 } // namespace
 
 template <typename T>
@@ -1153,6 +992,9 @@ bool sequence_persistent_fits(
     int64_t state,
     bool backward,
     Exchange exchange) {
+  if (on_tensor_cores<T>(batch, state, backward, exchange)) {
+    return true;
+  }
   Plan p{};
   const cudaError_t status = backward
       ? plan<T, true>(batch, state, exchange, &p)
@@ -1172,6 +1014,9 @@ cudaError_t launch_sequence_forward(
   if (a.steps == 0 || a.batch == 0 || a.state == 0) {
     return cudaSuccess;
   }
+  if (on_tensor_cores<T>(a.batch, a.state, false, exchange)) {
+    return launch_cluster_mma_forward(a, stream);
+  }
   return launch<T, false>(a, exchange, nullptr, stream);
 }
 
@@ -1179,7 +1024,7 @@ template <typename T>
 size_t sequence_backward_workspace_size(
     const SequenceBackwardArgs<T>& a,
     Exchange exchange) {
-  // The cluster keeps dc in registers.
+  // The clusters keep dc in registers.
   return exchange == Exchange::kCluster
       ? 0
       : static_cast<size_t>(a.batch * a.state) * sizeof(acc_t<T>);
@@ -1193,6 +1038,9 @@ cudaError_t launch_sequence_backward(
     cudaStream_t stream) {
   if (a.steps == 0 || a.batch == 0 || a.state == 0) {
     return cudaSuccess;
+  }
+  if (on_tensor_cores<T>(a.batch, a.state, true, exchange)) {
+    return launch_cluster_mma_backward(a, stream);
   }
   return launch<T, true>(
       a, exchange, static_cast<acc_t<T>*>(workspace), stream);

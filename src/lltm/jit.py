@@ -64,6 +64,7 @@ CUDA_SOURCES = (
     "cuda/lltm_kernel.cu",
     "cuda/lltm_small.cu",
     "cuda/lltm_sequence.cu",
+    "cuda/lltm_cluster_mma.cu",
     "cuda/lltm_step.cu",
     "cuda/lltm_step_mma.cu",
 )
