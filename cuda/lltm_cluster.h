@@ -264,6 +264,23 @@ cudaError_t cluster_blocks(const DeviceLimits& limits, int threads, int* out) {
   return cudaSuccess;
 }
 
+// The current device's limits, and in `most` the most blocks a cluster of
+// Forward's kernel (Backward's, when `backward`) holds there (cluster_blocks).
+template <auto Forward, auto Backward>
+cudaError_t cluster_limits(
+    bool backward,
+    int threads,
+    DeviceLimits* limits,
+    int* most) {
+  *most = 0;
+  const cudaError_t status = device_limits(limits);
+  if (status != cudaSuccess) {
+    return status;
+  }
+  return backward ? cluster_blocks<Backward>(*limits, threads, most)
+                  : cluster_blocks<Forward>(*limits, threads, most);
+}
+
 // --- the tensor-core kernels (lltm_cluster_mma.cu) --------------------------
 // For __half and __nv_bfloat16. Whether the forward's (or the backward's)
 // kernel can run a [batch, state] problem on the current device: it has

@@ -647,18 +647,10 @@ cudaError_t plan(int64_t batch, int64_t state, MmaPlan* out) {
     return cudaSuccess;
   }
   DeviceLimits limits{};
-  cudaError_t status = device_limits(&limits);
-  if (status != cudaSuccess) {
-    return status;
-  }
   int most = 0;
-  if constexpr (Backward) {
-    status = cluster_blocks<&cluster_mma_backward_kernel<T>>(
-        limits, kMmaThreads, &most);
-  } else {
-    status = cluster_blocks<&cluster_mma_forward_kernel<T>>(
-        limits, kMmaThreads, &most);
-  }
+  const cudaError_t status = cluster_limits<
+      &cluster_mma_forward_kernel<T>,
+      &cluster_mma_backward_kernel<T>>(Backward, kMmaThreads, &limits, &most);
   if (status != cudaSuccess || most == 0) {
     return status;
   }

@@ -856,18 +856,10 @@ template <typename T, bool Backward>
 cudaError_t plan_cluster(int64_t batch, int64_t state, Plan* out) {
   using A = acc_t<T>;
   DeviceLimits limits{};
-  cudaError_t status = device_limits(&limits);
-  if (status != cudaSuccess) {
-    return status;
-  }
   int most = 0;
-  if constexpr (Backward) {
-    status = cluster_blocks<&cluster_backward_kernel<T>>(
-        limits, kClusterThreads, &most);
-  } else {
-    status = cluster_blocks<&cluster_forward_kernel<T>>(
-        limits, kClusterThreads, &most);
-  }
+  const cudaError_t status =
+      cluster_limits<&cluster_forward_kernel<T>, &cluster_backward_kernel<T>>(
+          Backward, kClusterThreads, &limits, &most);
   if (status != cudaSuccess || most == 0) {
     return status;
   }
