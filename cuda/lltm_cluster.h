@@ -91,6 +91,19 @@ shared_address(const void* p) {
 #endif
 }
 
+// The end of a step: until the phase of this parity of the barrier has
+// completed (every block's bytes are in), then its next phase armed for
+// `bytes` more, by one thread.
+[[maybe_unused]] __device__ __forceinline__ void barrier_pass(
+    uint64_t* bar,
+    uint32_t parity,
+    uint32_t bytes) {
+  barrier_wait(bar, parity);
+  if (threadIdx.x == 0) {
+    barrier_expect(bar, bytes);
+  }
+}
+
 // The address of this block's shared `p` in block `rank` of the cluster.
 // Not volatile: the compiler may share one mapping between stores.
 [[maybe_unused]] __device__ __forceinline__ uint32_t

@@ -61,15 +61,6 @@ struct MmaTiling {
   int splits; // P: the warps that share a 16 x 8 tile's k, a power of two
 };
 
-template <typename T>
-__device__ __forceinline__ T zero_of() {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __ushort_as_half(0);
-  } else {
-    return __ushort_as_bfloat16(0);
-  }
-}
-
 // Four 8 x 8 matrices of 16-bit elements from shared memory: lanes 8 i to
 // 8 i + 7 give the rows of matrix i, and r[i] gets this lane's part of it.
 [[maybe_unused]] __device__ __forceinline__ void ldmatrix_x4(
@@ -280,11 +271,12 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_forward_kernel(
     const int k = e - row * p.kp;
     const int g = row / J;
     const int j = j0 + row - g * J;
-    w_s[row * p.ld_w + k] =
-        j < S && k < S ? a.w[(int64_t(g) * S + j) * a.ld_w + k] : zero_of<T>();
+    w_s[row * p.ld_w + k] = j < S && k < S
+        ? a.w[(int64_t(g) * S + j) * a.ld_w + k]
+        : zero_bits<T>();
   }
   for (int e = threadIdx.x; e < 2 * N * slab + 2 * slab; e += blockDim.x) {
-    tiles[e] = zero_of<T>();
+    tiles[e] = zero_bits<T>();
   }
   __syncthreads();
   for (int e = threadIdx.x; e < B * S; e += blockDim.x) {
@@ -374,7 +366,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_forward_kernel(
           z[1] + pz[q][1] + bias[q][1],
           z[2] + pz[q][2] + bias[q][2],
           c[q]);
-      T h = zero_of<T>();
+      T h = zero_bits<T>();
       if (its[q].valid) {
         put(&h, f[q].h);
       }
@@ -416,11 +408,10 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_forward_kernel(
     }
     if (!last) {
       inputs(t + 1);
-      uint64_t* bar = bars + ((t + 1) & 1);
-      barrier_wait(bar, static_cast<uint32_t>((t >> 1) & 1)); // all of h_t
-      if (threadIdx.x == 0) {
-        barrier_expect(bar, expected);
-      }
+      barrier_pass( // all of h_t
+          bars + ((t + 1) & 1),
+          static_cast<uint32_t>((t >> 1) & 1),
+          expected);
     }
   }
 #elif defined(__CUDA_ARCH__)
@@ -461,12 +452,13 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_backward_kernel(
     const int g = gk / p.kp;
     const int k = gk - g * p.kp;
     const int j = j0 + jl;
-    w_s[jl * p.ld_w + gk] =
-        j < S && k < S ? a.w[(int64_t(g) * S + k) * a.ld_w + j] : zero_of<T>();
+    w_s[jl * p.ld_w + gk] = j < S && k < S
+        ? a.w[(int64_t(g) * S + k) * a.ld_w + j]
+        : zero_bits<T>();
   }
   for (int e = threadIdx.x; e < 2 * N * 3 * slab + 2 * 3 * slab;
        e += blockDim.x) {
-    tiles[e] = zero_of<T>();
+    tiles[e] = zero_bits<T>();
   }
   fence_for_bulk(); // before the bulk copies write over them
   const WarpTile wt = warp_tile(p);
@@ -568,7 +560,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_backward_kernel(
       }
       d[q] = cell_backward(
           i[q], o[q], g[q], tanh_(cell[q]), gh[q] + sum[q], dc[q]);
-      T v[3] = {zero_of<T>(), zero_of<T>(), zero_of<T>()};
+      T v[3] = {zero_bits<T>(), zero_bits<T>(), zero_bits<T>()};
       if (its[q].valid) {
         put(&v[0], d[q].dz_i);
         put(&v[1], d[q].dz_o);
@@ -610,11 +602,10 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_backward_kernel(
       load_step(t - 1);
     }
     if (t > end) {
-      uint64_t* bar = bars + (t & 1);
-      barrier_wait(bar, static_cast<uint32_t>(((a.steps - 1 - t) >> 1) & 1));
-      if (threadIdx.x == 0) {
-        barrier_expect(bar, expected);
-      }
+      barrier_pass(
+          bars + (t & 1),
+          static_cast<uint32_t>(((a.steps - 1 - t) >> 1) & 1),
+          expected);
     }
   }
 #elif defined(__CUDA_ARCH__)

@@ -150,6 +150,19 @@ __device__ __forceinline__ void put(T* p, acc_t<T> v) {
   }
 }
 
+// The zero of a 16-bit T (float16 or bfloat16), from its bits.
+template <typename T>
+__device__ __forceinline__ T zero_bits() {
+  static_assert(
+      std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>,
+      "a 16-bit type");
+  if constexpr (std::is_same_v<T, __half>) {
+    return __ushort_as_half(0);
+  } else {
+    return __ushort_as_bfloat16(0);
+  }
+}
+
 // One element of a strided operand, in the math type, where the operand is
 // always given (no test in the small kernels' inner loops).
 template <typename T>

@@ -608,10 +608,7 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_forward_kernel(
       }
     }
     if (!last) { // the buffer's (t / 2)-th phase: all of h_t
-      barrier_wait(bar, static_cast<uint32_t>((t >> 1) & 1));
-      if (threadIdx.x == 0) {
-        barrier_expect(bar, expected);
-      }
+      barrier_pass(bar, static_cast<uint32_t>((t >> 1) & 1), expected);
     }
   }
 #elif defined(__CUDA_ARCH__)
@@ -714,10 +711,8 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_backward_kernel(
       }
     }
     if (t > end) {
-      barrier_wait(bar, static_cast<uint32_t>(((a.steps - 1 - t) >> 1) & 1));
-      if (threadIdx.x == 0) {
-        barrier_expect(bar, expected);
-      }
+      barrier_pass(
+          bar, static_cast<uint32_t>(((a.steps - 1 - t) >> 1) & 1), expected);
     }
   }
 #elif defined(__CUDA_ARCH__)

@@ -78,9 +78,11 @@ enum class Exchange {
   // writes its part to global memory, and after a grid-wide barrier every
   // block reads what it needs back from L2.
   kGrid,
-  // One thread-block cluster (sm_90 on; up to 16 blocks, each with one
-  // round of (row, column) items): each block writes its part into the
-  // shared memory of every block, and they meet at the cluster's barrier.
+  // One thread-block cluster (sm_90 on; up to 16 blocks): each block writes
+  // its part into the shared memory of every block, which waits for the
+  // bytes of a whole tile on a barrier of its own (lltm_cluster.h). On CUDA
+  // cores in every type; in float16 and bfloat16 from batch 2 on tensor
+  // cores (lltm_cluster_mma.cu), where that fits.
   kCluster,
 };
 

@@ -61,15 +61,6 @@ struct MmaTile {
   static constexpr int resident = threads <= 256 ? 2 : 1;
 };
 
-template <typename T>
-__device__ __forceinline__ T zero_bits() {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __ushort_as_half(0);
-  } else {
-    return __ushort_as_bfloat16(0);
-  }
-}
-
 // A chunk of R rows by W columns of a row-major operand, on its way to
 // shared memory: held by the NG threads of a group, V elements per access.
 template <typename T, int R, int W, int V, int NG>
