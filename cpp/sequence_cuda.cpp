@@ -449,7 +449,12 @@ bool persistent_size(
   if (dtype == at::kDouble) { // a launch per fused step: no cooperative one
     return batch * state <= 4096 || batch <= 16;
   }
-  return batch <= 16 && batch * state <= 4096;
+  // float32's fused steps hold W_h in shared memory where their grid fits
+  // (lltm_step.cu), and win from batch x state = 2048 (16 x 128; 16 x 256
+  // and 8 x 512 on the H200: 5.85 and 8.40 ms at T = 512 against 8.07 and
+  // 9.52).
+  return dtype == at::kFloat ? batch * state <= 1024
+                             : batch <= 16 && batch * state <= 4096;
 }
 // Where auto takes the cluster (sm_90 on), where it fits, before any other
 // path: up to 256 (row, column) items per block of its 16 (batch *
@@ -462,8 +467,13 @@ bool persistent_size(
 // 3.84, at 512,16,128,256 (256) 2.76 against 4.24, but at 512,128,32,128
 // (1024) 4.95 against 3.95 and at 512,48,128,256 (768) 4.58 against 4.39.
 // docs/performance.md.
-bool cluster_size(int64_t batch, int64_t state, bool tensor_cores) {
-  return batch * ((state + 15) / 16) <= (tensor_cores ? 512 : 256);
+bool cluster_size(
+    int64_t batch,
+    int64_t state,
+    at::ScalarType dtype,
+    bool tensor_cores) {
+  const int64_t most = tensor_cores ? 512 : dtype == at::kFloat ? 128 : 256;
+  return batch * ((state + 15) / 16) <= most;
 }
 int64_t fused_max_macs(at::ScalarType dtype, bool tensor_cores) {
   if (tensor_cores) {
@@ -497,7 +507,8 @@ Path choose_path(
         tensor_cores = cuda::steps_on_tensor_cores<K>();
         // Their plans ask the driver: only where they could run.
         cluster = path != Path::kPersistent &&
-            (path == Path::kCluster || cluster_size(B, S, tensor_cores)) &&
+            (path == Path::kCluster ||
+             cluster_size(B, S, dtype, tensor_cores)) &&
             cuda::sequence_persistent_fits<K>(
                       B, S, backward, cuda::Exchange::kCluster);
         wanted = path != Path::kAuto || cluster ||

@@ -3,8 +3,9 @@
 // (lltm_sequence.cu): no pre-activation tensor makes a round trip through
 // memory between a GEMM and a pointwise kernel. Where a step's grid fits on
 // the GPU at once, one cooperative launch per direction runs every step,
-// with a grid barrier between them; else the host issues one plain launch
-// per step (run_steps, lltm_step.h).
+// with a grid barrier between them (in float from sm_80 with W_h's slice
+// held in shared memory: held_forward_kernel); else the host issues one
+// plain launch per step (run_steps, lltm_step.h).
 //
 // Forward, step t (z holds P_t = input_t W_x^T on entry):
 //   Z = P_t + b + h_{t-1} W_h^T,  Z = [Z_i | Z_o | Z_c]
@@ -40,7 +41,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 namespace lltm::cuda {
@@ -399,6 +404,279 @@ __device__ __forceinline__ void backward_tile(
   }
 }
 
+// --- W_h held: the cooperative steps in float, from sm_80 ------------------
+// In one cooperative launch a block keeps its tile from step to step, so
+// these kernels load its slice of W_h into shared memory once, and take a
+// step's rows operand (h_{t-1}, or dZ_{t+1}) whole, by 16-byte asynchronous
+// copies issued together: one round trip to L2 a step, where the loop over
+// chunks above pays one a chunk (six a step in the backward at state 128,
+// where a step is bound by that latency). The groups of threads split k in
+// contiguous ranges read four k at a time (16-byte shared loads: a quarter
+// of the instructions of one k at a time, which bound the product), and
+// the epilogue's inputs are loaded before the grid barrier, while other
+// blocks finish the step before. They run where the smallest tiles' grid fits
+// on the GPU at once with their shared memory, the state is a multiple of 4
+// (rows of 16 bytes) and the operands are 16-byte aligned (launch_held).
+
+// 16 bytes from global `from` to shared `to`, or zeros where !inside, past
+// L1 (.cg: the rows were written by other blocks before the grid barrier).
+__device__ __forceinline__ void copy_16(
+    float* to,
+    const float* from,
+    bool inside) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(to))),
+               "l"(from),
+               "r"(inside ? 16 : 0)
+               : "memory");
+#endif
+}
+
+// Rows [b0, b0 + BM) of the dense [B, K] `src` into rows_s ([BM][K + 4]),
+// zeros past B; every thread waits for them.
+template <int BM>
+__device__ __forceinline__ void fetch_whole_rows(
+    float* rows_s,
+    const float* src,
+    int64_t B,
+    int K,
+    int64_t b0) {
+  const int quads = K / 4;
+  for (int e = static_cast<int>(threadIdx.x); e < BM * quads;
+       e += static_cast<int>(blockDim.x)) {
+    const int r = e / quads;
+    const int q = e - r * quads;
+    const bool inside = b0 + r < B;
+    copy_16(
+        rows_s + r * (K + 4) + 4 * q,
+        inside ? src + (b0 + r) * K + 4 * q : src,
+        inside);
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+  __syncthreads();
+}
+
+// The floats of shared memory of a block: W_h's slice and the rows, both
+// with k contiguous (rows of K + 4: 16-byte aligned, and the eight threads
+// of a quarter warp reading 16 bytes each at a stride of K + 4 fall in
+// distinct banks), and the groups' partial sums.
+template <typename P, bool Backward>
+constexpr int64_t held_floats(int64_t state) {
+  const int64_t K = Backward ? 3 * state : state;
+  const int64_t columns = Backward ? P::BN : 3 * P::BN;
+  const int64_t sums = Backward ? P::TM * P::TN : 3 * P::TM * P::TN;
+  return (columns + P::BM) * (K + 4) + (P::KS - 1) * sums * P::group;
+}
+
+// This group's range of k in [0, K), in fours.
+struct Range {
+  int begin, end;
+};
+template <typename P>
+__device__ __forceinline__ Range k_range(int K, int grp) {
+  const int span = ((K / 4 + P::KS - 1) / P::KS) * 4;
+  const int begin = min(K, grp * span);
+  return {begin, min(K, begin + span)};
+}
+
+__device__ __forceinline__ float4 quad_at(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+
+// acc + the dot product of four k.
+__device__ __forceinline__ float dot4(float acc, float4 x, float4 w) {
+  acc = fmaf(x.x, w.x, acc);
+  acc = fmaf(x.y, w.y, acc);
+  acc = fmaf(x.z, w.z, acc);
+  return fmaf(x.w, w.w, acc);
+}
+
+template <typename P>
+__global__ void __launch_bounds__(P::threads, P::resident)
+    held_forward_kernel(const FusedForwardArgs<float> a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int BM = P::BM, BN = P::BN, TM = P::TM, TN = P::TN;
+  constexpr int NX = P::NX, NY = P::NY, NG = P::group;
+  extern __shared__ __align__(16) float held[];
+  const int S = static_cast<int>(a.state);
+  const int ld = S + 4;
+  const int64_t B = a.batch;
+  float* w_s = held; // [3 BN][ld]: W_h[g S + j0 + jl][k] at (g BN + jl) ld + k
+  float* rows_s = w_s + 3 * BN * ld; // [BM][ld]: h_{t-1}
+  float* partials = rows_s + BM * ld;
+  const int grp = static_cast<int>(threadIdx.x) / NG;
+  const int tid = static_cast<int>(threadIdx.x) - grp * NG;
+  const int tx = tid % NX;
+  const int ty = tid / NX;
+  const int64_t b0 = int64_t(blockIdx.x) * BM;
+  const int j0 = static_cast<int>(blockIdx.y) * BN;
+  for (int e = static_cast<int>(threadIdx.x); e < 3 * BN * S;
+       e += static_cast<int>(blockDim.x)) {
+    const int row = e / S; // g BN + jl
+    const int k = e - row * S;
+    const int g = row / BN;
+    const int j = j0 + (row - g * BN);
+    w_s[row * ld + k] = j < S ? a.w[(int64_t(g) * S + j) * a.ld_w + k] : 0.0f;
+  }
+  const Range ks = k_range<P>(S, grp);
+  ForwardEpilogueInputs<float> in[TM][TN];
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  for (int64_t t = 0; t < a.steps; ++t) {
+    const StepForwardArgs<float> s = step_of(a, t);
+    if (grp == 0) { // the epilogue's inputs, while other blocks finish t - 1
+#pragma unroll
+      for (int r = 0; r < TM; ++r) {
+#pragma unroll
+        for (int c = 0; c < TN; ++c) {
+          const int64_t b = b0 + ty + r * NY;
+          const int j = j0 + tx + c * NX;
+          if (b < B && j < S) {
+            in[r][c] = load_forward_epilogue(s, b, j);
+          }
+        }
+      }
+    }
+    if (t > 0) {
+      grid.sync();
+    }
+    fetch_whole_rows<BM>(rows_s, s.h, B, S, b0);
+    float acc[3 * TM * TN] = {};
+#pragma unroll 2
+    for (int k = ks.begin; k < ks.end; k += 4) {
+      float4 hv[TM];
+#pragma unroll
+      for (int r = 0; r < TM; ++r) {
+        hv[r] = quad_at(rows_s + (ty + r * NY) * ld + k);
+      }
+#pragma unroll
+      for (int g = 0; g < 3; ++g) {
+#pragma unroll
+        for (int c = 0; c < TN; ++c) {
+          const float4 wv = quad_at(w_s + (g * BN + tx + c * NX) * ld + k);
+#pragma unroll
+          for (int r = 0; r < TM; ++r) {
+            float& sum = acc[(g * TM + r) * TN + c];
+            sum = dot4(sum, hv[r], wv);
+          }
+        }
+      }
+    }
+    if (!reduce_groups<float, P>(acc, partials)) {
+      continue; // the next step's grid barrier waits for group 0 too
+    }
+#pragma unroll
+    for (int r = 0; r < TM; ++r) {
+      const int64_t b = b0 + ty + r * NY;
+#pragma unroll
+      for (int c = 0; c < TN; ++c) {
+        const int j = j0 + tx + c * NX;
+        if (b < B && j < S) {
+          finish_forward_epilogue(
+              s,
+              b,
+              j,
+              in[r][c],
+              acc[(0 * TM + r) * TN + c],
+              acc[(1 * TM + r) * TN + c],
+              acc[(2 * TM + r) * TN + c]);
+        }
+      }
+    }
+  }
+#endif
+}
+
+template <typename P>
+__global__ void __launch_bounds__(P::threads, P::resident)
+    held_backward_kernel(const FusedBackwardArgs<float> a, float* dc) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int BM = P::BM, BN = P::BN, TM = P::TM, TN = P::TN;
+  constexpr int NX = P::NX, NY = P::NY, NG = P::group;
+  extern __shared__ __align__(16) float held[];
+  const int S = static_cast<int>(a.state);
+  const int K = 3 * S; // dZ's row length
+  const int ld = K + 4;
+  const int64_t B = a.batch;
+  float* w_s = held; // [BN][ld]: W_h[k][j0 + jl] at jl ld + k
+  float* rows_s = w_s + BN * ld; // [BM][ld]: dZ_{t+1}
+  float* partials = rows_s + BM * ld;
+  const int grp = static_cast<int>(threadIdx.x) / NG;
+  const int tid = static_cast<int>(threadIdx.x) - grp * NG;
+  const int tx = tid % NX;
+  const int ty = tid / NX;
+  const int64_t b0 = int64_t(blockIdx.x) * BM;
+  const int j0 = static_cast<int>(blockIdx.y) * BN;
+  // Adjacent threads, adjacent columns of a row of W_h.
+  for (int e = static_cast<int>(threadIdx.x); e < K * BN;
+       e += static_cast<int>(blockDim.x)) {
+    const int k = e / BN;
+    const int jl = e - k * BN;
+    const int j = j0 + jl;
+    w_s[jl * ld + k] = j < S ? a.w[int64_t(k) * a.ld_w + j] : 0.0f;
+  }
+  const Range ks = k_range<P>(K, grp);
+  BackwardEpilogueInputs<float> in[TM][TN];
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  for (int64_t i = 0; i < a.steps; ++i) {
+    const StepBackwardArgs<float> s = step_of(a, a.steps - 1 - i);
+    if (grp == 0) { // as in the forward
+#pragma unroll
+      for (int r = 0; r < TM; ++r) {
+#pragma unroll
+        for (int c = 0; c < TN; ++c) {
+          const int64_t b = b0 + ty + r * NY;
+          const int j = j0 + tx + c * NX;
+          if (b < B && j < S) {
+            in[r][c] = load_backward_epilogue(s, dc, b, j);
+          }
+        }
+      }
+    }
+    if (i > 0) {
+      grid.sync();
+    }
+    float acc[TM * TN] = {};
+    if (s.dz_next != nullptr) {
+      fetch_whole_rows<BM>(rows_s, s.dz_next, B, K, b0);
+#pragma unroll 2
+      for (int k = ks.begin; k < ks.end; k += 4) {
+        float4 dv[TM];
+#pragma unroll
+        for (int r = 0; r < TM; ++r) {
+          dv[r] = quad_at(rows_s + (ty + r * NY) * ld + k);
+        }
+#pragma unroll
+        for (int c = 0; c < TN; ++c) {
+          const float4 wv = quad_at(w_s + (tx + c * NX) * ld + k);
+#pragma unroll
+          for (int r = 0; r < TM; ++r) {
+            float& sum = acc[r * TN + c];
+            sum = dot4(sum, dv[r], wv);
+          }
+        }
+      }
+    }
+    if (!reduce_groups<float, P>(acc, partials)) {
+      continue;
+    }
+#pragma unroll
+    for (int r = 0; r < TM; ++r) {
+      const int64_t b = b0 + ty + r * NY;
+#pragma unroll
+      for (int c = 0; c < TN; ++c) {
+        const int j = j0 + tx + c * NX;
+        if (b < B && j < S) {
+          finish_backward_epilogue(s, dc, b, j, in[r][c], acc[r * TN + c]);
+        }
+      }
+    }
+  }
+#endif
+}
+
 // Where the steps of T run on tensor cores (has_fragments), the kernels
 // here are never launched: their bodies are left out of those passes.
 template <typename T, typename P>
@@ -517,6 +795,66 @@ cudaError_t backward_with(
       a, true, grid_of<P>(a.batch, a.state), P::threads, limits, stream, dc);
 }
 
+// Every step of a direction in one cooperative launch of Kernel, W_h held
+// (held_forward_kernel, held_backward_kernel), where it runs: float from
+// sm_80, two steps or more, a state of a multiple of 4, the rows operands
+// (`rows`) 16-byte aligned, and the grid of P resident at once with its
+// shared memory. Elsewhere cudaErrorNotSupported: the chunked kernels take
+// the steps.
+template <
+    auto Kernel,
+    typename P,
+    bool Backward,
+    typename Args,
+    typename... Extra>
+cudaError_t launch_held(
+    const Args& a,
+    std::initializer_list<const void*> rows,
+    const DeviceLimits& limits,
+    cudaStream_t stream,
+    Extra... extra) {
+  const size_t bytes = held_floats<P, Backward>(a.state) * sizeof(float);
+  const bool aligned = std::all_of(rows.begin(), rows.end(), [](const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  });
+  if (limits.capability < 80 || !limits.cooperative || a.steps < 2 ||
+      a.state % 4 != 0 || !aligned ||
+      bytes > static_cast<size_t>(limits.shared_bytes)) {
+    return cudaErrorNotSupported;
+  }
+  const auto* kernel = reinterpret_cast<const void*>(Kernel);
+  // The opt-in to the most shared memory, once per device; then whether
+  // the grid is resident at once with this state's bytes. A failed query
+  // is a "no", and is cleared.
+  static std::array<std::atomic<bool>, 64> raised{};
+  std::atomic<bool>& here = raised[device_slot(limits.device)];
+  if (!here.load(std::memory_order_acquire)) {
+    if (cudaFuncSetAttribute(
+            kernel,
+            cudaFuncAttributeMaxDynamicSharedMemorySize,
+            limits.shared_bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return cudaErrorNotSupported;
+    }
+    here.store(true, std::memory_order_release);
+  }
+  const dim3 grid = grid_of<P>(a.batch, a.state);
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm, kernel, P::threads, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cudaErrorNotSupported;
+  }
+  if (int64_t(per_sm) * limits.multiprocessors < int64_t(grid.x) * grid.y) {
+    return cudaErrorNotSupported;
+  }
+  Args args = a;
+  void* params[] = {&args, &extra...};
+  const cudaError_t launched = cudaLaunchCooperativeKernel(
+      kernel, grid, dim3(P::threads), params, bytes, stream);
+  return launched != cudaSuccess ? launched : cudaGetLastError();
+}
+
 // The steps on CUDA cores, with the tile that suits their size.
 template <typename T>
 cudaError_t forward_steps(
@@ -524,6 +862,16 @@ cudaError_t forward_steps(
     const DeviceLimits& limits,
     cudaStream_t stream) {
   const int64_t sms = limits.multiprocessors;
+  if constexpr (std::is_same_v<T, float>) {
+    if (!fills<Forward1>(a.batch, a.state, sms)) { // the smallest tiles
+      const cudaError_t status =
+          launch_held<&held_forward_kernel<Forward0>, Forward0, false>(
+              a, {a.h0, a.output}, limits, stream);
+      if (status != cudaErrorNotSupported) {
+        return status;
+      }
+    }
+  }
   if (fills<Forward3>(a.batch, a.state, sms)) {
     return forward_with<T, Forward3>(a, limits, stream);
   }
@@ -543,6 +891,16 @@ cudaError_t backward_steps(
     const DeviceLimits& limits,
     cudaStream_t stream) {
   const int64_t sms = limits.multiprocessors;
+  if constexpr (std::is_same_v<T, float>) {
+    if (!fills<Backward1>(a.batch, a.state, sms)) {
+      const cudaError_t status =
+          launch_held<&held_backward_kernel<Backward0>, Backward0, true>(
+              a, {a.d_gates}, limits, stream, dc);
+      if (status != cudaErrorNotSupported) {
+        return status;
+      }
+    }
+  }
   if (fills<Backward3>(a.batch, a.state, sms)) {
     return backward_with<T, Backward3>(a, dc, limits, stream);
   }

@@ -276,25 +276,52 @@ __device__ __forceinline__ void over_chunks(
   }
 }
 
+// What the forward's epilogue at row b, state column j reads besides the
+// sums: P_t and the bias of the three gates, and c_{t-1}. No other block
+// writes them, so the held kernels (lltm_step.cu) load them before the grid
+// barrier.
+template <typename T>
+struct ForwardEpilogueInputs {
+  acc_t<T> p[3], bias[3], c;
+};
+
+template <typename T>
+__device__ __forceinline__ ForwardEpilogueInputs<T> load_forward_epilogue(
+    const StepForwardArgs<T>& a,
+    int64_t b,
+    int j) {
+  const int S = static_cast<int>(a.state);
+  const T* z = a.z + b * 3 * S;
+  ForwardEpilogueInputs<T> in;
+#pragma unroll
+  for (int g = 0; g < 3; ++g) {
+    in.p[g] = widen(z[g * S + j]);
+    in.bias[g] = widen(a.bias[g * S + j]);
+  }
+  in.c = widen(a.c[b * S + j]);
+  return in;
+}
+
 // The forward's epilogue at row b, state column j < state, from the three
 // gates' sums of h_{t-1} W_h^T: Z = P_t + sum + b, the cell, and its
 // outputs (the activations over P_t when saving).
 template <typename T>
-__device__ __forceinline__ void step_forward_epilogue(
+__device__ __forceinline__ void finish_forward_epilogue(
     const StepForwardArgs<T>& a,
     int64_t b,
     int j,
+    const ForwardEpilogueInputs<T>& in,
     acc_t<T> sum_i,
     acc_t<T> sum_o,
     acc_t<T> sum_c) {
   using A = acc_t<T>;
   const int S = static_cast<int>(a.state);
   T* z = a.z + b * 3 * S;
-  const A zi = sum_i + widen(z[j]) + widen(a.bias[j]);
-  const A zo = sum_o + widen(z[S + j]) + widen(a.bias[S + j]);
-  const A zc = sum_c + widen(z[2 * S + j]) + widen(a.bias[2 * S + j]);
+  const A zi = sum_i + in.p[0] + in.bias[0];
+  const A zo = sum_o + in.p[1] + in.bias[1];
+  const A zc = sum_c + in.p[2] + in.bias[2];
   const int64_t at = b * S + j;
-  const CellForward<A> f = cell_forward(zi, zo, zc, widen(a.c[at]));
+  const CellForward<A> f = cell_forward(zi, zo, zc, in.c);
   put(a.c_out + at, f.cell);
   put(a.h_out + at, f.h);
   if (a.save) {
@@ -310,29 +337,66 @@ __device__ __forceinline__ void step_forward_epilogue(
   }
 }
 
+template <typename T>
+__device__ __forceinline__ void step_forward_epilogue(
+    const StepForwardArgs<T>& a,
+    int64_t b,
+    int j,
+    acc_t<T> sum_i,
+    acc_t<T> sum_o,
+    acc_t<T> sum_c) {
+  finish_forward_epilogue(
+      a, b, j, load_forward_epilogue(a, b, j), sum_i, sum_o, sum_c);
+}
+
+// What the backward's epilogue at row b, state column j reads besides the
+// sum: grad_h (and grad_h_n at t = T - 1), the running cell gradient, the
+// activations and tanh(c_t). None of it comes from another block.
+template <typename T>
+struct BackwardEpilogueInputs {
+  acc_t<T> grad_h, grad_h_n, gc, i, o, g, tanh_c;
+};
+
+template <typename T>
+__device__ __forceinline__ BackwardEpilogueInputs<T> load_backward_epilogue(
+    const StepBackwardArgs<T>& a,
+    const acc_t<T>* dc,
+    int64_t b,
+    int j) {
+  using A = acc_t<T>;
+  const int S = static_cast<int>(a.state);
+  const bool recurrent = a.dz_next != nullptr;
+  const int64_t at = b * S + j;
+  const T* act = a.gates + b * 3 * S;
+  BackwardEpilogueInputs<T> in;
+  in.grad_h = load_element(a.grad_h, b, j);
+  in.grad_h_n = recurrent ? A(0) : load_element(a.grad_h_n, b, j);
+  in.gc = recurrent ? dc[at] : load_element(a.grad_c_n, b, j);
+  in.i = widen(act[j]);
+  in.o = widen(act[S + j]);
+  in.g = widen(act[2 * S + j]);
+  in.tanh_c = tanh_(widen(a.cell[at]));
+  return in;
+}
+
 // The backward's epilogue at row b, state column j < state, from the sum of
 // dZ_{t+1} W_h (unused at t = T - 1, where there is no dZ_{t+1}): dZ_t, and
 // dc updated in place.
 template <typename T>
-__device__ __forceinline__ void step_backward_epilogue(
+__device__ __forceinline__ void finish_backward_epilogue(
     const StepBackwardArgs<T>& a,
     acc_t<T>* dc,
     int64_t b,
     int j,
+    const BackwardEpilogueInputs<T>& in,
     acc_t<T> sum) {
   using A = acc_t<T>;
   const int S = static_cast<int>(a.state);
   const bool recurrent = a.dz_next != nullptr;
   const int64_t at = b * S + j;
-  const A gh = load_element(a.grad_h, b, j) +
-      (recurrent ? sum : load_element(a.grad_h_n, b, j));
-  const A gc = recurrent ? dc[at] : load_element(a.grad_c_n, b, j);
-  const T* act = a.gates + b * 3 * S;
-  const A i = widen(act[j]);
-  const A o = widen(act[S + j]);
-  const A g = widen(act[2 * S + j]);
+  const A gh = in.grad_h + (recurrent ? sum : in.grad_h_n);
   const CellBackward<A> d =
-      cell_backward(i, o, g, tanh_(widen(a.cell[at])), gh, gc);
+      cell_backward(in.i, in.o, in.g, in.tanh_c, gh, in.gc);
   T* dz = a.dz + b * 3 * S;
   put(dz + j, d.dz_i);
   put(dz + S + j, d.dz_o);
@@ -341,6 +405,17 @@ __device__ __forceinline__ void step_backward_epilogue(
   if (a.d_c0 != nullptr) {
     put(a.d_c0 + at, d.d_cell);
   }
+}
+
+template <typename T>
+__device__ __forceinline__ void step_backward_epilogue(
+    const StepBackwardArgs<T>& a,
+    acc_t<T>* dc,
+    int64_t b,
+    int j,
+    acc_t<T> sum) {
+  finish_backward_epilogue(
+      a, dc, b, j, load_backward_epilogue(a, dc, b, j), sum);
 }
 
 // The grid of a tile P (P::BM rows by P::BN state columns per block), and

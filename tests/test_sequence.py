@@ -516,6 +516,15 @@ FUSED_SHAPES = [
     (1, 1023, 8, 512),  # forward 64x32, backward 16x64, a short last tile
     (2, 1200, 8, 510),  # forward 64x64, backward 64x64: cooperative
     (2, 2200, 4, 512),  # forward 64x64, 280 blocks: per step; backward 64x128: cooperative
+    # float32's cooperative smallest tiles hold W_h in shared memory where the
+    # state is a multiple of 4: one row past a tile, columns past the end, k
+    # split unevenly over the groups (36); their largest grids at state 128
+    # (forward 256 blocks, backward 128); forward 272 blocks: per step, the
+    # backward held; state 512, whose backward takes 200 KB a block.
+    (2, 17, 5, 36),
+    (3, 256, 8, 128),
+    (2, 264, 4, 128),
+    (3, 16, 4, 512),
 ]
 
 
@@ -526,6 +535,22 @@ def test_cuda_fused_tiles(
 ) -> None:
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "fused")
     matches_the_reference_bit_for_bit(make_sequence(*shape, device="cuda", dtype=torch.float32))
+
+
+@pytest.mark.cuda
+def test_cuda_fused_steps_with_unaligned_states(monkeypatch: pytest.MonkeyPatch) -> None:
+    """h0 and c0 four bytes into their storage: the steps that copy h_{t-1} in
+    16-byte pieces cannot take h0, and the chunked ones run instead."""
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "fused")
+    args = make_sequence(3, 64, 8, 128, device="cuda", dtype=torch.float32)
+    for k in (3, 4):
+        state = args[k].detach()
+        storage = torch.empty(state.numel() + 1, device="cuda", dtype=state.dtype)
+        unaligned = storage[1:].view_as(state)
+        unaligned.copy_(state)
+        args[k] = unaligned.requires_grad_()
+    assert args[3].data_ptr() % 16 != 0
+    matches_the_reference_bit_for_bit(args)
 
 
 # The tensor-core kernels of the fused steps (cuda/lltm_step_mma.cu), which
@@ -676,6 +701,8 @@ AUTO_EDGES = [
     (3, 8, 4, 128),
     (3, 9, 4, 128),
     (3, 16, 4, 256),
+    (2, 8, 4, 256),  # float32's cluster up to 128 items (batch x state / 16)
+    (2, 9, 4, 256),
     (3, 8, 4, 512),
     (3, 9, 4, 512),
     (3, 16, 4, 512),
