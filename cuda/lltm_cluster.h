@@ -20,10 +20,12 @@ namespace lltm::cuda::detail {
 
 // --- the exchange ------------------------------------------------------------
 // Each block's values of step t go into the tile of every block of the
-// cluster, this one too, by st.async (send_element) or a bulk copy
-// (send_bulk), and each store or copy counts its bytes down a transaction
-// barrier (mbarrier) of the block it lands in. A block then waits on its own
-// barrier for exactly the bytes of a step: the whole tile. Nothing waits for
+// cluster, by st.async (send_element; this block too) or a bulk copy
+// (send_bulk; to the others, a block stores its own part), and each
+// st.async or copy counts its bytes down a transaction barrier (mbarrier)
+// of the block it lands in. A block then waits on its own barrier for
+// exactly the bytes of a step: the whole tile (less its own part, where it
+// stored that; a block barrier orders those stores). Nothing waits for
 // its own stores to land (a release at the cluster's barrier does), and no
 // block waits for another to arrive. With the tile double-buffered, no
 // barrier is needed after the read either: a block can send step t + 1's

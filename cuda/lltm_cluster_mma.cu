@@ -24,9 +24,9 @@
 // the cell's math, adding the P parts in a fixed order (results repeat bit
 // for bit), with its items' cell state (dc), bias and next inputs in
 // registers from step to step. The new h_t (dZ_t) goes into a staging slab
-// (double-buffered), and each block sends its slab to every block of the
-// cluster, itself too, in one bulk copy per block (the exchange,
-// lltm_cluster.h).
+// (double-buffered), and each block sends its slab to every other block of
+// the cluster in one bulk copy per block (the exchange, lltm_cluster.h),
+// and stores it into its own tile.
 //
 // A step is latency: at batch 16, state 128 it took 3.7 µs forward and
 // backward on an H200 (docs/performance.md), where one warp doing every
@@ -259,7 +259,9 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_forward_kernel(
   T* stages = tiles + 2 * N * slab; // two slabs
   auto* partial = reinterpret_cast<float*>(stages + 2 * slab); // [P][3][slab]
   auto* bars = reinterpret_cast<uint64_t*>(partial + p.splits * 3 * slab);
-  const auto expected = static_cast<uint32_t>(N * slab * sizeof(T));
+  // Every other block's slab a step: this block writes its own (see the
+  // sends).
+  const auto expected = static_cast<uint32_t>((N - 1) * slab * sizeof(T));
   if (threadIdx.x == 0) {
     barrier_init(bars, expected);
     barrier_init(bars + 1, expected);
@@ -347,6 +349,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_forward_kernel(
     }
     __syncthreads();
     T* stage = stages + (t & 1) * slab;
+    T* own = tiles + ((t + 1) & 1) * N * slab + x * slab;
     CellForward<float> f[kRounds];
 #pragma unroll
     for (int q = 0; q < kRounds; ++q) {
@@ -370,14 +373,24 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_forward_kernel(
       if (its[q].valid) {
         put(&h, f[q].h);
       }
-      stage[swizzled(its[q].r, its[q].jl, p.shift)] = h;
+      const int to = swizzled(its[q].r, its[q].jl, p.shift);
+      stage[to] = h;
+      if (!last) {
+        own[to] = h;
+      }
     }
-    if (!last) { // h_t to every block: this block's slab, a bulk copy each
+    // h_t to every other block: this block's slab, a bulk copy each; its
+    // own slot it wrote above. A bulk copy into the sender's own shared
+    // memory through the cluster window is legal and lands right, but
+    // compute-sanitizer's memcheck stops it ("not located in remote CTA"),
+    // even in a 40-line program; the store costs no more.
+    if (!last) {
       fence_for_bulk();
       __syncthreads();
-      if (static_cast<int>(threadIdx.x) < N) {
+      if (static_cast<int>(threadIdx.x) < N &&
+          static_cast<int>(threadIdx.x) != x) {
         send_bulk(
-            tiles + ((t + 1) & 1) * N * slab + x * slab,
+            own,
             static_cast<int>(threadIdx.x),
             stage,
             static_cast<uint32_t>(slab * sizeof(T)),
@@ -439,7 +452,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_backward_kernel(
   auto* partial = reinterpret_cast<float*>(stages + 2 * 3 * slab); // [P][slab]
   auto* bars = reinterpret_cast<uint64_t*>(partial + p.splits * slab);
   const int64_t end = a.d_h0 != nullptr ? -1 : 0;
-  const auto expected = static_cast<uint32_t>(N * 3 * slab * sizeof(T));
+  const auto expected = // as in the forward
+      static_cast<uint32_t>((N - 1) * 3 * slab * sizeof(T));
   if (threadIdx.x == 0) {
     barrier_init(bars, expected);
     barrier_init(bars + 1, expected);
@@ -553,6 +567,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_backward_kernel(
     }
     CellBackward<float> d[kRounds];
     T* stage = stages + (t & 1) * 3 * slab;
+    T* own = tiles + (t & 1) * N * 3 * slab + x * 3 * slab;
 #pragma unroll
     for (int q = 0; q < kRounds; ++q) {
       if (!its[q].ours) {
@@ -570,13 +585,19 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_backward_kernel(
       stage[at] = v[0];
       stage[slab + at] = v[1];
       stage[2 * slab + at] = v[2];
+      if (t > end) {
+        own[at] = v[0];
+        own[slab + at] = v[1];
+        own[2 * slab + at] = v[2];
+      }
     }
-    if (t > end) { // dZ_t to every block: this block's slab, a bulk copy each
+    if (t > end) { // dZ_t to every other block, as in the forward
       fence_for_bulk();
       __syncthreads();
-      if (static_cast<int>(threadIdx.x) < N) {
+      if (static_cast<int>(threadIdx.x) < N &&
+          static_cast<int>(threadIdx.x) != x) {
         send_bulk(
-            tiles + (t & 1) * N * 3 * slab + x * 3 * slab,
+            own,
             static_cast<int>(threadIdx.x),
             stage,
             static_cast<uint32_t>(3 * slab * sizeof(T)),
