@@ -141,8 +141,10 @@ class LLTMLayer(nn.Module):
             ]
         )
         if hx is None:
-            zeros = x.new_zeros(self.num_layers, batch, self.state_size)
-            h0, c0 = zeros, zeros
+            # One zero state for every layer and both halves: a call's fixed
+            # host cost is what short sequences pay (docs/performance.md).
+            zeros = x.new_zeros(batch, self.state_size)
+            states = [(zeros, zeros)] * self.num_layers
         else:
             if not isinstance(hx, (tuple, list)) or len(hx) != 2:
                 msg = "LLTMLayer: expected the state to be a tuple (h0, c0)"
@@ -163,14 +165,16 @@ class LLTMLayer(nn.Module):
                     )
                     raise ValueError(msg)
             h0, c0 = (t.unsqueeze(1) for t in hx) if unbatched else hx
+            states = list(zip(h0.unbind(0), c0.unbind(0), strict=True))
         h_n, c_n = [], []
-        for k in range(self.num_layers):
+        for k, (h0_k, c0_k) in enumerate(states):
             weights, bias = self.layer_parameters(k)
-            x, h, c = lltm_sequence(x, weights, bias, h0[k], c0[k])
+            x, h, c = lltm_sequence(x, weights, bias, h0_k, c0_k)
             h_n.append(h)
             c_n.append(c)
-        hidden = torch.stack(h_n)
-        cell = torch.stack(c_n)
+        # One layer's state as a view, not a copy: stack launches a kernel.
+        hidden = h_n[0].unsqueeze(0) if self.num_layers == 1 else torch.stack(h_n)
+        cell = c_n[0].unsqueeze(0) if self.num_layers == 1 else torch.stack(c_n)
         if unbatched:
             return x.squeeze(1), (hidden.squeeze(1), cell.squeeze(1))
         output = x.transpose(0, 1) if self.batch_first else x
