@@ -184,6 +184,31 @@ __device__ __forceinline__ void fetch_cell_rows(
   }
 }
 
+// f(r, c, b, j) for each item (row b = b0 + ty + r NY, column j = j0 + tx +
+// c NX) of this thread's TM x TN in a tile of P, inside the batch B and the
+// state S: the epilogue's loop of every kernel here.
+template <typename P, typename F>
+__device__ __forceinline__ void each_item(
+    int64_t b0,
+    int j0,
+    int tx,
+    int ty,
+    int64_t B,
+    int S,
+    F&& f) {
+#pragma unroll
+  for (int r = 0; r < P::TM; ++r) {
+    const int64_t b = b0 + ty + r * P::NY;
+#pragma unroll
+    for (int c = 0; c < P::TN; ++c) {
+      const int j = j0 + tx + c * P::NX;
+      if (b < B && j < S) {
+        f(r, c, b, j);
+      }
+    }
+  }
+}
+
 // One step's tile of the forward: a sequence's (StepForwardArgs: the GEMM
 // over h_{t-1} and W_h, P_t added in the epilogue), or the cell's
 // (SmallForwardArgs: over [old_h | input] and all of W).
@@ -290,24 +315,16 @@ __device__ __forceinline__ void forward_tile(const Args& a) {
   if (!reduce_groups<A, P>(acc, partials)) {
     return;
   }
-#pragma unroll
-  for (int r = 0; r < TM; ++r) {
-    const int64_t b = b0 + ty + r * NY;
-#pragma unroll
-    for (int c = 0; c < TN; ++c) {
-      const int j = j0 + tx + c * NX;
-      if (b < B && j < S) {
-        const A z_i = acc[(0 * TM + r) * TN + c];
-        const A z_o = acc[(1 * TM + r) * TN + c];
-        const A z_c = acc[(2 * TM + r) * TN + c];
-        if constexpr (cell) {
-          cell_outputs(a.cell, b, j, z_i, z_o, z_c);
-        } else {
-          step_forward_epilogue(a, b, j, z_i, z_o, z_c);
-        }
-      }
+  each_item<P>(b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
+    const A z_i = acc[(0 * TM + r) * TN + c];
+    const A z_o = acc[(1 * TM + r) * TN + c];
+    const A z_c = acc[(2 * TM + r) * TN + c];
+    if constexpr (cell) {
+      cell_outputs(a.cell, b, j, z_i, z_o, z_c);
+    } else {
+      step_forward_epilogue(a, b, j, z_i, z_o, z_c);
     }
-  }
+  });
 }
 
 // One step's tile of the backward.
@@ -391,17 +408,9 @@ __device__ __forceinline__ void backward_tile(
   if (!reduce_groups<A, P>(acc, partials)) {
     return;
   }
-#pragma unroll
-  for (int r = 0; r < TM; ++r) {
-    const int64_t b = b0 + ty + r * NY;
-#pragma unroll
-    for (int c = 0; c < TN; ++c) {
-      const int j = j0 + tx + c * NX;
-      if (b < B && j < S) {
-        step_backward_epilogue(a, dc, b, j, acc[r * TN + c]);
-      }
-    }
-  }
+  each_item<P>(b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
+    step_backward_epilogue(a, dc, b, j, acc[r * TN + c]);
+  });
 }
 
 // --- W_h held: the cooperative steps in float, from sm_80 ------------------
@@ -527,17 +536,9 @@ __global__ void __launch_bounds__(P::threads, P::resident)
   for (int64_t t = 0; t < a.steps; ++t) {
     const StepForwardArgs<float> s = step_of(a, t);
     if (grp == 0) { // the epilogue's inputs, while other blocks finish t - 1
-#pragma unroll
-      for (int r = 0; r < TM; ++r) {
-#pragma unroll
-        for (int c = 0; c < TN; ++c) {
-          const int64_t b = b0 + ty + r * NY;
-          const int j = j0 + tx + c * NX;
-          if (b < B && j < S) {
-            in[r][c] = load_forward_epilogue(s, b, j);
-          }
-        }
-      }
+      each_item<P>(b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
+        in[r][c] = load_forward_epilogue(s, b, j);
+      });
     }
     if (t > 0) {
       grid.sync();
@@ -567,24 +568,16 @@ __global__ void __launch_bounds__(P::threads, P::resident)
     if (!reduce_groups<float, P>(acc, partials)) {
       continue; // the next step's grid barrier waits for group 0 too
     }
-#pragma unroll
-    for (int r = 0; r < TM; ++r) {
-      const int64_t b = b0 + ty + r * NY;
-#pragma unroll
-      for (int c = 0; c < TN; ++c) {
-        const int j = j0 + tx + c * NX;
-        if (b < B && j < S) {
-          finish_forward_epilogue(
-              s,
-              b,
-              j,
-              in[r][c],
-              acc[(0 * TM + r) * TN + c],
-              acc[(1 * TM + r) * TN + c],
-              acc[(2 * TM + r) * TN + c]);
-        }
-      }
-    }
+    each_item<P>(b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
+      finish_forward_epilogue(
+          s,
+          b,
+          j,
+          in[r][c],
+          acc[(0 * TM + r) * TN + c],
+          acc[(1 * TM + r) * TN + c],
+          acc[(2 * TM + r) * TN + c]);
+    });
   }
 #endif
 }
@@ -623,17 +616,9 @@ __global__ void __launch_bounds__(P::threads, P::resident)
   for (int64_t i = 0; i < a.steps; ++i) {
     const StepBackwardArgs<float> s = step_of(a, a.steps - 1 - i);
     if (grp == 0) { // as in the forward
-#pragma unroll
-      for (int r = 0; r < TM; ++r) {
-#pragma unroll
-        for (int c = 0; c < TN; ++c) {
-          const int64_t b = b0 + ty + r * NY;
-          const int j = j0 + tx + c * NX;
-          if (b < B && j < S) {
-            in[r][c] = load_backward_epilogue(s, dc, b, j);
-          }
-        }
-      }
+      each_item<P>(b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
+        in[r][c] = load_backward_epilogue(s, dc, b, j);
+      });
     }
     if (i > 0) {
       grid.sync();
@@ -662,17 +647,9 @@ __global__ void __launch_bounds__(P::threads, P::resident)
     if (!reduce_groups<float, P>(acc, partials)) {
       continue;
     }
-#pragma unroll
-    for (int r = 0; r < TM; ++r) {
-      const int64_t b = b0 + ty + r * NY;
-#pragma unroll
-      for (int c = 0; c < TN; ++c) {
-        const int j = j0 + tx + c * NX;
-        if (b < B && j < S) {
-          finish_backward_epilogue(s, dc, b, j, in[r][c], acc[r * TN + c]);
-        }
-      }
-    }
+    each_item<P>(b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
+      finish_backward_epilogue(s, dc, b, j, in[r][c], acc[r * TN + c]);
+    });
   }
 #endif
 }
