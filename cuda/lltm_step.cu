@@ -495,6 +495,20 @@ __device__ __forceinline__ float4 quad_at(const float* p) {
   return *reinterpret_cast<const float4*>(p);
 }
 
+// k to k + 3 of this thread's TM rows of rows_s (rows of `ld`).
+template <typename P>
+__device__ __forceinline__ void row_quads(
+    float4 (&out)[P::TM],
+    const float* rows_s,
+    int ld,
+    int ty,
+    int k) {
+#pragma unroll
+  for (int r = 0; r < P::TM; ++r) {
+    out[r] = quad_at(rows_s + (ty + r * P::NY) * ld + k);
+  }
+}
+
 // acc + the dot product of four k.
 __device__ __forceinline__ float dot4(float acc, float4 x, float4 w) {
   acc = fmaf(x.x, w.x, acc);
@@ -508,7 +522,7 @@ __global__ void __launch_bounds__(P::threads, P::resident)
     held_forward_kernel(const FusedForwardArgs<float> a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int BM = P::BM, BN = P::BN, TM = P::TM, TN = P::TN;
-  constexpr int NX = P::NX, NY = P::NY, NG = P::group;
+  constexpr int NX = P::NX, NG = P::group;
   extern __shared__ __align__(16) float held[];
   const int S = static_cast<int>(a.state);
   const int ld = S + 4;
@@ -548,10 +562,7 @@ __global__ void __launch_bounds__(P::threads, P::resident)
 #pragma unroll 2
     for (int k = ks.begin; k < ks.end; k += 4) {
       float4 hv[TM];
-#pragma unroll
-      for (int r = 0; r < TM; ++r) {
-        hv[r] = quad_at(rows_s + (ty + r * NY) * ld + k);
-      }
+      row_quads<P>(hv, rows_s, ld, ty, k);
 #pragma unroll
       for (int g = 0; g < 3; ++g) {
 #pragma unroll
@@ -587,7 +598,7 @@ __global__ void __launch_bounds__(P::threads, P::resident)
     held_backward_kernel(const FusedBackwardArgs<float> a, float* dc) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int BM = P::BM, BN = P::BN, TM = P::TM, TN = P::TN;
-  constexpr int NX = P::NX, NY = P::NY, NG = P::group;
+  constexpr int NX = P::NX, NG = P::group;
   extern __shared__ __align__(16) float held[];
   const int S = static_cast<int>(a.state);
   const int K = 3 * S; // dZ's row length
@@ -629,10 +640,7 @@ __global__ void __launch_bounds__(P::threads, P::resident)
 #pragma unroll 2
       for (int k = ks.begin; k < ks.end; k += 4) {
         float4 dv[TM];
-#pragma unroll
-        for (int r = 0; r < TM; ++r) {
-          dv[r] = quad_at(rows_s + (ty + r * NY) * ld + k);
-        }
+        row_quads<P>(dv, rows_s, ld, ty, k);
 #pragma unroll
         for (int c = 0; c < TN; ++c) {
           const float4 wv = quad_at(w_s + (tx + c * NX) * ld + k);
