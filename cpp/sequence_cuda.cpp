@@ -272,7 +272,19 @@ void fused_forward(
         args.steps = sizes.steps;
         args.batch = sizes.batch;
         args.state = sizes.state_size;
-        C10_CUDA_CHECK(cuda::launch_fused_forward(args, stream));
+        // The counters of the held steps' barriers, from the caching
+        // allocator.
+        const size_t bytes = cuda::fused_forward_workspace_size(args);
+        at::Tensor workspace;
+        if (bytes > 0) {
+          workspace = at::empty(
+              {static_cast<int64_t>(bytes)}, d.w.options().dtype(at::kByte));
+        }
+        C10_CUDA_CHECK(
+            cuda::launch_fused_forward(
+                args,
+                bytes > 0 ? workspace.mutable_data_ptr() : nullptr,
+                stream));
       });
 }
 
@@ -300,7 +312,8 @@ StateGrads fused_backward(
         args.steps = sizes.steps;
         args.batch = sizes.batch;
         args.state = sizes.state_size;
-        // The running cell gradient, from the caching allocator.
+        // The running cell gradient and the held steps' counters, from the
+        // caching allocator.
         const at::Tensor workspace = at::empty(
             {static_cast<int64_t>(cuda::fused_backward_workspace_size(args))},
             options.dtype(at::kByte));

@@ -173,13 +173,19 @@ struct FusedBackwardArgs {
   int64_t state;
 };
 
+// The bytes of the workspace of launch_fused_forward: the counters of the
+// held steps' barriers (float32), or none.
+template <typename T>
+size_t fused_forward_workspace_size(const FusedForwardArgs<T>& args);
+
 template <typename T>
 cudaError_t launch_fused_forward(
     const FusedForwardArgs<T>& args,
+    void* workspace,
     cudaStream_t stream);
 
 // The bytes of the workspace of launch_fused_backward: the running cell
-// gradient, in the math type.
+// gradient, in the math type, and the held steps' counters (float32).
 template <typename T>
 size_t fused_backward_workspace_size(const FusedBackwardArgs<T>& args);
 

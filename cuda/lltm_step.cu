@@ -3,9 +3,9 @@
 // (lltm_sequence.cu): no pre-activation tensor makes a round trip through
 // memory between a GEMM and a pointwise kernel. Where a step's grid fits on
 // the GPU at once, one cooperative launch per direction runs every step,
-// with a grid barrier between them (in float from sm_80 with W_h's slice
-// held in shared memory: held_forward_kernel); else the host issues one
-// plain launch per step (run_steps, lltm_step.h).
+// with a grid barrier between them (in float from sm_80, W_h's slice held in
+// shared memory and a barrier per row tile: held_forward_kernel); else the
+// host issues one plain launch per step (run_steps, lltm_step.h).
 //
 // Forward, step t (z holds P_t = input_t W_x^T on entry):
 //   Z = P_t + b + h_{t-1} W_h^T,  Z = [Z_i | Z_o | Z_c]
@@ -422,13 +422,14 @@ __device__ __forceinline__ void backward_tile(
 // where a step is bound by that latency). The groups of threads split k in
 // contiguous ranges read four k at a time (16-byte shared loads: a quarter
 // of the instructions of one k at a time, which bound the product), and
-// the epilogue's inputs are loaded before the grid barrier, while other
-// blocks finish the step before. They run where the smallest tiles' grid fits
-// on the GPU at once with their shared memory, the state is a multiple of 4
-// (rows of 16 bytes) and the operands are 16-byte aligned (launch_held).
+// the epilogue's inputs are loaded before the barrier, while other blocks
+// finish the step before. Between steps a block waits only for the blocks
+// of its own rows (arrive, wait_for). They run where the smallest tiles' grid
+// fits on the GPU at once with their shared memory, the state is a multiple of
+// 4 (rows of 16 bytes) and the operands are 16-byte aligned (launch_held).
 
 // 16 bytes from global `from` to shared `to`, or zeros where !inside, past
-// L1 (.cg: the rows were written by other blocks before the grid barrier).
+// L1 (.cg: the rows were written by other blocks before the barrier).
 __device__ __forceinline__ void copy_16(
     float* to,
     const float* from,
@@ -517,9 +518,49 @@ __device__ __forceinline__ float dot4(float acc, float4 x, float4 w) {
   return fmaf(x.w, w.w, acc);
 }
 
+// The barrier between steps. Batch rows are independent recurrences, so a
+// block needs only the blocks of its own row tile (blockIdx.x) to have
+// finished the step before: each block counts its arrival on its row tile's
+// counter (release), and waits for the count of the step (acquire). A full
+// grid barrier made every block wait for the slowest of the grid, through
+// one counter that all of them increment.
+__device__ __forceinline__ void arrive(unsigned* count) {
+  __syncthreads(); // every thread's stores of the step are made
+  if (threadIdx.x == 0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count)
+                 : "memory");
+#endif
+  }
+}
+
+__device__ __forceinline__ void wait_for(const unsigned* count, unsigned n) {
+  if (threadIdx.x == 0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned seen = 0;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                   : "=r"(seen)
+                   : "l"(count)
+                   : "memory");
+    } while (seen < n);
+#endif
+  }
+  __syncthreads();
+}
+
+// The row tiles' counters start at zero: block (x, 0) clears x's, and one
+// grid barrier, before the first step, orders that before any arrival.
+__device__ __forceinline__ void clear_arrivals(unsigned* arrivals) {
+  if (blockIdx.y == 0 && threadIdx.x == 0) {
+    arrivals[blockIdx.x] = 0;
+  }
+  cooperative_groups::this_grid().sync();
+}
+
 template <typename P>
 __global__ void __launch_bounds__(P::threads, P::resident)
-    held_forward_kernel(const FusedForwardArgs<float> a) {
+    held_forward_kernel(const FusedForwardArgs<float> a, unsigned* arrivals) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int BM = P::BM, BN = P::BN, TM = P::TM, TN = P::TN;
   constexpr int NX = P::NX, NG = P::group;
@@ -546,7 +587,7 @@ __global__ void __launch_bounds__(P::threads, P::resident)
   }
   const Range ks = k_range<P>(S, grp);
   ForwardEpilogueInputs<float> in[TM][TN];
-  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  clear_arrivals(arrivals);
   for (int64_t t = 0; t < a.steps; ++t) {
     const StepForwardArgs<float> s = step_of(a, t);
     if (grp == 0) { // the epilogue's inputs, while other blocks finish t - 1
@@ -555,7 +596,7 @@ __global__ void __launch_bounds__(P::threads, P::resident)
       });
     }
     if (t > 0) {
-      grid.sync();
+      wait_for(arrivals + blockIdx.x, static_cast<unsigned>(t) * gridDim.y);
     }
     fetch_whole_rows<BM>(rows_s, s.h, B, S, b0);
     float acc[3 * TM * TN] = {};
@@ -576,26 +617,28 @@ __global__ void __launch_bounds__(P::threads, P::resident)
         }
       }
     }
-    if (!reduce_groups<float, P>(acc, partials)) {
-      continue; // the next step's grid barrier waits for group 0 too
+    if (reduce_groups<float, P>(acc, partials)) {
+      each_item<P>(b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
+        finish_forward_epilogue(
+            s,
+            b,
+            j,
+            in[r][c],
+            acc[(0 * TM + r) * TN + c],
+            acc[(1 * TM + r) * TN + c],
+            acc[(2 * TM + r) * TN + c]);
+      });
     }
-    each_item<P>(b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
-      finish_forward_epilogue(
-          s,
-          b,
-          j,
-          in[r][c],
-          acc[(0 * TM + r) * TN + c],
-          acc[(1 * TM + r) * TN + c],
-          acc[(2 * TM + r) * TN + c]);
-    });
+    arrive(arrivals + blockIdx.x);
   }
 #endif
 }
 
 template <typename P>
-__global__ void __launch_bounds__(P::threads, P::resident)
-    held_backward_kernel(const FusedBackwardArgs<float> a, float* dc) {
+__global__ void __launch_bounds__(P::threads, P::resident) held_backward_kernel(
+    const FusedBackwardArgs<float> a,
+    float* dc,
+    unsigned* arrivals) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int BM = P::BM, BN = P::BN, TM = P::TM, TN = P::TN;
   constexpr int NX = P::NX, NG = P::group;
@@ -623,7 +666,7 @@ __global__ void __launch_bounds__(P::threads, P::resident)
   }
   const Range ks = k_range<P>(K, grp);
   BackwardEpilogueInputs<float> in[TM][TN];
-  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  clear_arrivals(arrivals);
   for (int64_t i = 0; i < a.steps; ++i) {
     const StepBackwardArgs<float> s = step_of(a, a.steps - 1 - i);
     if (grp == 0) { // as in the forward
@@ -632,7 +675,7 @@ __global__ void __launch_bounds__(P::threads, P::resident)
       });
     }
     if (i > 0) {
-      grid.sync();
+      wait_for(arrivals + blockIdx.x, static_cast<unsigned>(i) * gridDim.y);
     }
     float acc[TM * TN] = {};
     if (s.dz_next != nullptr) {
@@ -652,12 +695,12 @@ __global__ void __launch_bounds__(P::threads, P::resident)
         }
       }
     }
-    if (!reduce_groups<float, P>(acc, partials)) {
-      continue;
+    if (reduce_groups<float, P>(acc, partials)) {
+      each_item<P>(b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
+        finish_backward_epilogue(s, dc, b, j, in[r][c], acc[r * TN + c]);
+      });
     }
-    each_item<P>(b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
-      finish_backward_epilogue(s, dc, b, j, in[r][c], acc[r * TN + c]);
-    });
+    arrive(arrivals + blockIdx.x);
   }
 #endif
 }
@@ -795,6 +838,7 @@ template <
 cudaError_t launch_held(
     const Args& a,
     std::initializer_list<const void*> rows,
+    unsigned* arrivals,
     const DeviceLimits& limits,
     cudaStream_t stream,
     Extra... extra) {
@@ -803,7 +847,7 @@ cudaError_t launch_held(
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
   });
   if (limits.capability < 80 || !limits.cooperative || a.steps < 2 ||
-      a.state % 4 != 0 || !aligned ||
+      a.state % 4 != 0 || !aligned || arrivals == nullptr ||
       bytes > static_cast<size_t>(limits.shared_bytes)) {
     return cudaErrorNotSupported;
   }
@@ -830,11 +874,13 @@ cudaError_t launch_held(
     (void)cudaGetLastError();
     return cudaErrorNotSupported;
   }
-  if (int64_t(per_sm) * limits.multiprocessors < int64_t(grid.x) * grid.y) {
+  // The counters of arrivals reach steps * grid.y, in 32 bits.
+  if (int64_t(per_sm) * limits.multiprocessors < int64_t(grid.x) * grid.y ||
+      a.steps * grid.y > int64_t(UINT32_MAX)) {
     return cudaErrorNotSupported;
   }
   Args args = a;
-  void* params[] = {&args, &extra...};
+  void* params[] = {&args, &extra..., &arrivals};
   const cudaError_t launched = cudaLaunchCooperativeKernel(
       kernel, grid, dim3(P::threads), params, bytes, stream);
   return launched != cudaSuccess ? launched : cudaGetLastError();
@@ -844,6 +890,7 @@ cudaError_t launch_held(
 template <typename T>
 cudaError_t forward_steps(
     const FusedForwardArgs<T>& a,
+    unsigned* arrivals,
     const DeviceLimits& limits,
     cudaStream_t stream) {
   const int64_t sms = limits.multiprocessors;
@@ -851,7 +898,7 @@ cudaError_t forward_steps(
     if (!fills<Forward1>(a.batch, a.state, sms)) { // the smallest tiles
       const cudaError_t status =
           launch_held<&held_forward_kernel<Forward0>, Forward0, false>(
-              a, {a.h0, a.output}, limits, stream);
+              a, {a.h0, a.output}, arrivals, limits, stream);
       if (status != cudaErrorNotSupported) {
         return status;
       }
@@ -873,6 +920,7 @@ template <typename T>
 cudaError_t backward_steps(
     const FusedBackwardArgs<T>& a,
     acc_t<T>* dc,
+    unsigned* arrivals,
     const DeviceLimits& limits,
     cudaStream_t stream) {
   const int64_t sms = limits.multiprocessors;
@@ -880,7 +928,7 @@ cudaError_t backward_steps(
     if (!fills<Backward1>(a.batch, a.state, sms)) {
       const cudaError_t status =
           launch_held<&held_backward_kernel<Backward0>, Backward0, true>(
-              a, {a.d_gates}, limits, stream, dc);
+              a, {a.d_gates}, arrivals, limits, stream, dc);
       if (status != cudaErrorNotSupported) {
         return status;
       }
@@ -898,11 +946,36 @@ cudaError_t backward_steps(
   return backward_with<T, Backward0>(a, dc, limits, stream);
 }
 
+// The held steps' counters of arrivals, one per row tile (float only),
+// after the running cell gradient in the backward's workspace.
+template <typename T>
+size_t arrivals_size(int64_t batch) {
+  static_assert(Forward0::BM == Backward0::BM);
+  if constexpr (!std::is_same_v<T, float>) {
+    return 0;
+  }
+  return static_cast<size_t>((batch + Forward0::BM - 1) / Forward0::BM) *
+      sizeof(unsigned);
+}
+
+template <typename T>
+size_t dc_size(const FusedBackwardArgs<T>& a) {
+  return static_cast<size_t>(a.batch * a.state) * sizeof(acc_t<T>);
+}
+
+template <typename T>
+unsigned* arrivals_in(void* workspace, size_t offset, int64_t batch) {
+  return arrivals_size<T>(batch) > 0
+      ? reinterpret_cast<unsigned*>(static_cast<char*>(workspace) + offset)
+      : nullptr;
+}
+
 } // namespace
 
 template <typename T>
 cudaError_t launch_fused_forward(
     const FusedForwardArgs<T>& a,
+    void* workspace,
     cudaStream_t stream) {
   if (a.steps == 0 || a.batch == 0 || a.state == 0) {
     return cudaSuccess;
@@ -917,7 +990,8 @@ cudaError_t launch_fused_forward(
       return launch_fused_forward_mma(a, limits, stream);
     }
   }
-  return forward_steps(a, limits, stream);
+  return forward_steps(
+      a, arrivals_in<T>(workspace, 0, a.batch), limits, stream);
 }
 
 template <typename T>
@@ -927,8 +1001,13 @@ bool steps_on_tensor_cores() {
 }
 
 template <typename T>
+size_t fused_forward_workspace_size(const FusedForwardArgs<T>& a) {
+  return arrivals_size<T>(a.batch);
+}
+
+template <typename T>
 size_t fused_backward_workspace_size(const FusedBackwardArgs<T>& a) {
-  return static_cast<size_t>(a.batch * a.state) * sizeof(acc_t<T>);
+  return dc_size<T>(a) + arrivals_size<T>(a.batch);
 }
 
 template <typename T>
@@ -950,7 +1029,8 @@ cudaError_t launch_fused_backward(
       return launch_fused_backward_mma(a, dc, limits, stream);
     }
   }
-  return backward_steps(a, dc, limits, stream);
+  return backward_steps(
+      a, dc, arrivals_in<T>(workspace, dc_size(a), a.batch), limits, stream);
 }
 
 bool use_tiled_path(int64_t batch, int64_t input_features, int64_t state) {
@@ -983,13 +1063,14 @@ cudaError_t launch_tiled_forward(
   return tiled_cell_with<Forward0>(a, stream);
 }
 
-#define LLTM_INSTANTIATE(T)                         \
-  template cudaError_t launch_fused_forward<T>(     \
-      const FusedForwardArgs<T>&, cudaStream_t);    \
-  template bool steps_on_tensor_cores<T>();         \
-  template size_t fused_backward_workspace_size<T>( \
-      const FusedBackwardArgs<T>&);                 \
-  template cudaError_t launch_fused_backward<T>(    \
+#define LLTM_INSTANTIATE(T)                                                    \
+  template size_t fused_forward_workspace_size<T>(const FusedForwardArgs<T>&); \
+  template cudaError_t launch_fused_forward<T>(                                \
+      const FusedForwardArgs<T>&, void*, cudaStream_t);                        \
+  template bool steps_on_tensor_cores<T>();                                    \
+  template size_t fused_backward_workspace_size<T>(                            \
+      const FusedBackwardArgs<T>&);                                            \
+  template cudaError_t launch_fused_backward<T>(                               \
       const FusedBackwardArgs<T>&, void*, cudaStream_t);
 
 LLTM_FOR_EACH_TYPE(LLTM_INSTANTIATE)

@@ -520,11 +520,13 @@ FUSED_SHAPES = [
     # state is a multiple of 4: one row past a tile, columns past the end, k
     # split unevenly over the groups (36); their largest grids at state 128
     # (forward 256 blocks, backward 128); forward 272 blocks: per step, the
-    # backward held; state 512, whose backward takes 200 KB a block.
+    # backward held; state 512, whose backward takes 200 KB a block; 6 row
+    # tiles, each with its own barrier, over 40 steps, the last tile short.
     (2, 17, 5, 36),
     (3, 256, 8, 128),
     (2, 264, 4, 128),
     (3, 16, 4, 512),
+    (40, 90, 8, 128),
 ]
 
 
