@@ -469,27 +469,35 @@ bool persistent_size(
   return dtype == at::kFloat ? batch * state <= 1024
                              : batch <= 16 && batch * state <= 4096;
 }
+
 // Where auto takes the cluster (sm_90 on), where it fits, before any other
-// path: up to 256 (row, column) items per block of its 16 (batch *
-// state_size / 16) on CUDA cores (128 in float32, whose fused steps hold
-// W_h from there: 512,32,32,128 8.20 µs a step against the cluster's
-// 9.17), 512 in float16 and bfloat16, whose cluster runs on tensor cores
-// from batch 2 (cuda/lltm_cluster_mma.cu).
-// Measured on the H200, T = 512, ms per call: float32 at 512,32,32,128 (256
-// items) 4.79 against the fused steps' 6.15, at 512,16,128,256 (256) 6.41
-// against 9.46, but at 512,64,32,128 (512) 8.98 against 6.51; float16 on
-// tensor cores at 512,64,32,128 (512) 3.14 against the tensor-core steps'
-// 3.84, at 512,16,128,256 (256) 2.76 against 4.24, but at 512,128,32,128
-// (1024) 4.95 against 3.95 and at 512,48,128,256 (768) 4.58 against 4.39.
+// path: up to 512 (row, column) items per block of its 16 (batch *
+// state_size / 16) in float16 and bfloat16, whose cluster runs on tensor
+// cores from batch 2 (cuda/lltm_cluster_mma.cu); on CUDA cores, whose
+// clusters take the batch in tiles of rows, up to 224 items a block of a
+// tile in float32 (whose fused steps hold W_h: at T = 512 on the H200, µs a
+// step, 512,192,32,128, 224 items, 9.14 against the fused steps' 9.67, and
+// 512,96,128,256, 224 items, 12.43 against 14.90, but 512,256,32,128, 296
+// items, 12.08 against 10.20), 256 in other types.
+// Measured on the H200, T = 512, ms per call: float16 on tensor cores at
+// 512,64,32,128 (512) 3.14 against the tensor-core steps' 3.84, at
+// 512,16,128,256 (256) 2.76 against 4.24, but at 512,128,32,128 (1024)
+// 4.95 against 3.95 and at 512,48,128,256 (768) 4.58 against 4.39.
 // docs/performance.md.
+template <typename K>
 bool cluster_size(
     int64_t batch,
     int64_t state,
     at::ScalarType dtype,
-    bool tensor_cores) {
-  const int64_t most = tensor_cores ? 512 : dtype == at::kFloat ? 128 : 256;
-  return batch * ((state + 15) / 16) <= most;
+    bool tensor_cores,
+    bool backward) {
+  if (tensor_cores) {
+    return batch * ((state + 15) / 16) <= 512;
+  }
+  const int64_t items = cuda::sequence_cluster_items<K>(batch, state, backward);
+  return items > 0 && items <= (dtype == at::kFloat ? 224 : 256);
 }
+
 int64_t fused_max_macs(at::ScalarType dtype, bool tensor_cores) {
   if (tensor_cores) {
     return int64_t(1) << 29;
@@ -523,7 +531,7 @@ Path choose_path(
         // Their plans ask the driver: only where they could run.
         cluster = path != Path::kPersistent &&
             (path == Path::kCluster ||
-             cluster_size(B, S, dtype, tensor_cores)) &&
+             cluster_size<K>(B, S, dtype, tensor_cores, backward)) &&
             cuda::sequence_persistent_fits<K>(
                       B, S, backward, cuda::Exchange::kCluster);
         wanted = path != Path::kAuto || cluster ||

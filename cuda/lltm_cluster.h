@@ -210,17 +210,19 @@ struct ClusterLaunch {
   cudaLaunchAttribute attribute{};
   cudaLaunchConfig_t config{};
 
+  // `tiles` clusters of `blocks` blocks: grid (blocks, tiles).
   ClusterLaunch(
       int blocks,
       int threads,
       size_t shared_bytes,
-      cudaStream_t stream) {
+      cudaStream_t stream,
+      int tiles = 1) {
     const auto n = static_cast<unsigned int>(blocks);
     attribute.id = cudaLaunchAttributeClusterDimension;
     attribute.val.clusterDim.x = n;
     attribute.val.clusterDim.y = 1;
     attribute.val.clusterDim.z = 1;
-    config.gridDim = dim3(n);
+    config.gridDim = dim3(n, static_cast<unsigned int>(tiles));
     config.blockDim = dim3(static_cast<unsigned int>(threads));
     config.dynamicSmemBytes = shared_bytes;
     config.stream = stream;

@@ -369,9 +369,10 @@ __global__ void __launch_bounds__(kThreads) sequence_backward_kernel(
   }
 }
 
-// --- one thread-block cluster (sm_90 on) ------------------------------------
-// Where the whole problem fits in the blocks of one cluster (up to 16 on
-// sm_90) with one (row, column) item per group of lanes, the blocks pass
+// --- thread-block clusters (sm_90 on) ---------------------------------------
+// Where a tile of the batch's rows fits in the blocks of one cluster (up to
+// 16 on sm_90) with one (row, column) item per group of lanes, a cluster per
+// tile (plan_cluster: a block's items set a step's time), the blocks pass
 // h_t (dZ_t) to each other through distributed shared memory, not L2, and
 // no step waits at a grid's barrier or a cluster's: each block waits for
 // the bytes of its own tile (the exchange, lltm_cluster.h). The tile is
@@ -414,9 +415,10 @@ __device__ __forceinline__ A dot(const Pack<A>& x, const Pack<A>& y, A sum) {
   return sum;
 }
 
-// How a cluster cuts the problem: `columns` (J) state columns per block,
-// all `rows` rows of the batch in one tile. Lengths are in elements of the
-// math type: `padded` is S rounded up to whole packs; `ld_w` the row length
+// How a cluster cuts the problem: `columns` (J) state columns per block, and
+// `rows` rows of the batch, its tile: cluster y takes rows [y rows, y rows +
+// rows), as batch rows are independent recurrences. Lengths are in elements of
+// the math type: `padded` is S rounded up to whole packs; `ld_w` the row length
 // of W_h's slice ([3 J][ld_w]: gate g, column jl, along k); `ld` the row
 // length of the tile, whose rows hold one segment of `padded` (the forward's
 // h) or three (the backward's dZ, a gate each).
@@ -438,25 +440,35 @@ __device__ __forceinline__ A from_first_lane(A v, int lanes) {
 
 // This thread's item: one round covers the tile.
 struct ClusterItem {
-  int r; // the batch row
+  int r; // the row in the tile
+  int b; // the batch row
   int jl; // the column in the block's slice
   int j; // the state column
   int part; // the thread's lane in its group
   bool owner; // the group's first lane, on an item inside the problem
   bool active; // any lane of such a group
-  int64_t at; // r * S + j
+  int64_t at; // b * S + j
 };
 
 [[maybe_unused]] __device__ __forceinline__ ClusterItem
-cluster_item(const ClusterTiling& p, int S) {
+cluster_item(const ClusterTiling& p, int B, int S) {
   const int item = static_cast<int>(threadIdx.x) / p.lanes;
   const int part = static_cast<int>(threadIdx.x) % p.lanes;
+  const int b0 = static_cast<int>(blockIdx.y) * p.rows;
   const bool inside = item < p.rows * p.columns;
   const int r = inside ? item / p.columns : 0;
   const int jl = inside ? item - r * p.columns : 0;
   const int j = static_cast<int>(blockIdx.x) * p.columns + jl;
-  const bool active = inside && j < S;
-  return {r, jl, j, part, active && part == 0, active, int64_t(r) * S + j};
+  const int b = min(b0 + r, B - 1);
+  const bool active = inside && j < S && b0 + r < B;
+  return {r, b, jl, j, part, active && part == 0, active, int64_t(b) * S + j};
+}
+
+// The rows of this cluster's tile that are inside the batch.
+[[maybe_unused]] __device__ __forceinline__ int tile_rows(
+    const ClusterTiling& p,
+    int B) {
+  return min(p.rows, B - static_cast<int>(blockIdx.y) * p.rows);
 }
 
 // The rows of W_h's slice that column jl's three gates read, as packs.
@@ -535,16 +547,18 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_forward_kernel(
   const A* w_s = reinterpret_cast<const A*>(h_s) - 3 * p.columns * p.ld_w;
   const int64_t BS = int64_t(B) * S;
   const int buffer = p.rows * p.ld; // h_{t-1} of every row in buffer t % 2
-  const auto expected = static_cast<uint32_t>(B * S * sizeof(A)); // a tile
+  const int rows = tile_rows(p, B);
+  const auto expected = static_cast<uint32_t>(rows * S * sizeof(A)); // a tile
   uint64_t* bars = reinterpret_cast<uint64_t*>(h_s + 2 * buffer); // one each
   if (threadIdx.x == 0) {
     barrier_init(bars, expected);
     barrier_init(bars + 1, expected);
   }
-  for (int e = threadIdx.x; e < B * S; e += blockDim.x) {
-    h_s[(e / S) * p.ld + e % S] = widen(a.h0[e]);
+  const T* h0 = a.h0 + int64_t(blockIdx.y) * p.rows * S;
+  for (int e = threadIdx.x; e < rows * S; e += blockDim.x) {
+    h_s[(e / S) * p.ld + e % S] = widen(h0[e]);
   }
-  const ClusterItem it = cluster_item(p, S);
+  const ClusterItem it = cluster_item(p, B, S);
   const bool save = a.cells != nullptr;
   A bi = 0, bo = 0, bc = 0, c = 0, pi = 0, po = 0, pc = 0;
   if (it.owner) {
@@ -552,7 +566,7 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_forward_kernel(
     bo = widen(a.bias[S + it.j]);
     bc = widen(a.bias[2 * S + it.j]);
     c = widen(a.c0[it.at]);
-    const T* z = a.gates + int64_t(it.r) * 3 * S;
+    const T* z = a.gates + int64_t(it.b) * 3 * S;
     pi = widen(z[it.j]);
     po = widen(z[S + it.j]);
     pc = widen(z[2 * S + it.j]);
@@ -588,7 +602,7 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_forward_kernel(
       }
     }
     if (it.owner) {
-      T* z = a.gates + (t * B + it.r) * 3 * S;
+      T* z = a.gates + (t * B + it.b) * 3 * S;
       put((save ? a.cells + t * BS : a.c_n) + it.at, f.cell);
       put(a.output + t * BS + it.at, f.h);
       if (save) {
@@ -631,19 +645,20 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_backward_kernel(
   const int64_t G = 3 * static_cast<int64_t>(S);
   const int buffer = p.rows * p.ld; // dZ_t of every row in buffer t % 2
   const int64_t end = a.d_h0 != nullptr ? -1 : 0;
-  const auto expected = static_cast<uint32_t>(3 * B * S * sizeof(A));
+  const auto expected =
+      static_cast<uint32_t>(3 * tile_rows(p, B) * S * sizeof(A));
   uint64_t* bars = reinterpret_cast<uint64_t*>(dz_s + 2 * buffer);
   if (threadIdx.x == 0) {
     barrier_init(bars, expected);
     barrier_init(bars + 1, expected);
   }
-  const ClusterItem it = cluster_item(p, S);
+  const ClusterItem it = cluster_item(p, B, S);
   // The loads of step t that do not wait for dZ_{t+1}; the tanh of c_t
   // waits for its use, so that the load hides behind the exchange.
   A gh = 0, i = 0, o = 0, g = 0, cell = 0;
   const auto load_step = [&](int64_t t) {
-    gh = load_element(a.grad_output, t, it.r, it.j);
-    const T* act = a.gates + (t * B + it.r) * G;
+    gh = load_element(a.grad_output, t, it.b, it.j);
+    const T* act = a.gates + (t * B + it.b) * G;
     i = widen(act[it.j]);
     o = widen(act[S + it.j]);
     g = widen(act[2 * S + it.j]);
@@ -652,8 +667,8 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_backward_kernel(
   A dc = 0;
   if (it.owner) {
     load_step(a.steps - 1);
-    gh += load_element(a.grad_h_n, it.r, it.j);
-    dc = load_element(a.grad_c_n, it.r, it.j);
+    gh += load_element(a.grad_h_n, it.b, it.j);
+    dc = load_element(a.grad_c_n, it.b, it.j);
   }
   cluster_sync(); // as in the forward
   const int packs = it.active ? p.padded / Pack<A>::kSize : 0;
@@ -698,7 +713,7 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_backward_kernel(
       }
     }
     if (it.owner) {
-      T* dz = a.d_gates + (t * B + it.r) * G;
+      T* dz = a.d_gates + (t * B + it.b) * G;
       put(dz + it.j, d.dz_i);
       put(dz + S + it.j, d.dz_o);
       put(dz + 2 * S + it.j, d.dz_c);
@@ -724,7 +739,8 @@ struct Plan {
   bool fits;
   Tiling tiling; // of the grid
   ClusterTiling cluster; // of the cluster
-  int blocks;
+  int blocks; // of the grid, or of a cluster
+  int tiles; // the clusters
   size_t shared_bytes;
 };
 
@@ -747,6 +763,11 @@ const void* kernel_of() {
 // price of a grid-wide barrier over more blocks; where a tile has fewer
 // items than threads, lanes split each item's dot product.
 constexpr int64_t kItemsPerBlock = 32;
+
+// The (row, column) items of a block of a cluster's tile where the batch is
+// cut into tiles (plan_cluster): at state 128 in float32 on the H200, a step
+// of 8 rows took 3.8 µs, of 16 rows 6.0 (docs/performance.md).
+constexpr int64_t kTileItems = 64;
 
 // Threads per item: the most, up to a warp, that leave every item of a tile
 // of `items` a group in one round.
@@ -847,6 +868,37 @@ int64_t banked(int64_t n, int64_t element_bytes, int lanes) {
   return bytes / element_bytes;
 }
 
+// How many clusters of `blocks` blocks run at once, each block with the
+// device's most shared memory (one a multiprocessor: a lower bound for any
+// tile), asked once per device, kernel and cluster size; at least 1.
+template <typename T, bool Backward>
+int64_t clusters_at_once(const DeviceLimits& limits, int blocks) {
+  static std::array<std::array<std::atomic<int>, 6>, 64> known{};
+  int size = 0; // log2(blocks): blocks is a power of two up to 32
+  while ((1 << size) < blocks && size < 5) {
+    ++size;
+  }
+  std::atomic<int>& here = known[device_slot(limits.device)][size];
+  int clusters = here.load(std::memory_order_acquire);
+  if (clusters == 0) {
+    const ClusterLaunch launch(
+        blocks,
+        kClusterThreads,
+        static_cast<size_t>(limits.shared_bytes),
+        nullptr);
+    if (cudaOccupancyMaxActiveClusters(
+            &clusters,
+            kernel_of<T, Backward, Exchange::kCluster>(),
+            &launch.config) != cudaSuccess) {
+      (void)cudaGetLastError();
+      clusters = 0;
+    }
+    clusters = std::max(clusters, 1);
+    here.store(clusters, std::memory_order_release);
+  }
+  return clusters;
+}
+
 template <typename T, bool Backward>
 cudaError_t plan_cluster(int64_t batch, int64_t state, Plan* out) {
   using A = acc_t<T>;
@@ -865,29 +917,41 @@ cudaError_t plan_cluster(int64_t batch, int64_t state, Plan* out) {
     blocks *= 2;
   }
   const int64_t columns = (state + blocks - 1) / blocks;
-  if (batch * columns > kClusterThreads) {
+  constexpr int64_t kSize = Pack<A>::kSize;
+  const int64_t padded = (state + kSize - 1) / kSize * kSize;
+  const auto bytes_for = [&](int64_t rows, int lanes) {
+    const int64_t ld_w = banked(padded, sizeof(A), lanes);
+    const int64_t ld = banked((Backward ? 3 : 1) * padded, sizeof(A), lanes);
+    return (3 * columns * ld_w + 2 * rows * ld) * int64_t(sizeof(A)) +
+        2 * int64_t(sizeof(uint64_t)); // and the buffers' barriers
+  };
+  // The batch in tiles of kTileItems items a block, a cluster each, where
+  // that many clusters run at once (a step's time grows with a block's
+  // items); else the fewest tiles that do.
+  int64_t rows = std::min(batch, std::max<int64_t>(1, kTileItems / columns));
+  if (rows < batch) {
+    const int64_t clusters =
+        clusters_at_once<T, Backward>(limits, static_cast<int>(blocks));
+    rows = std::max(rows, (batch + clusters - 1) / clusters);
+  }
+  if (rows * columns > kClusterThreads) {
     return cudaSuccess; // more items than one round of a block's threads
   }
-  constexpr int64_t kSize = Pack<A>::kSize;
-  const int lanes = lanes_for(batch * columns, kClusterThreads);
-  const int64_t padded = (state + kSize - 1) / kSize * kSize;
-  const int64_t ld_w = banked(padded, sizeof(A), lanes);
-  const int64_t ld = banked((Backward ? 3 : 1) * padded, sizeof(A), lanes);
-  const int64_t bytes =
-      (3 * columns * ld_w + 2 * batch * ld) * int64_t(sizeof(A)) +
-      2 * int64_t(sizeof(uint64_t)); // and the buffers' barriers
+  const int lanes = lanes_for(rows * columns, kClusterThreads);
+  const int64_t bytes = bytes_for(rows, lanes);
   if (bytes > limits.shared_bytes) {
     return cudaSuccess;
   }
   out->fits = true;
   out->cluster = ClusterTiling{
       static_cast<int>(columns),
-      static_cast<int>(batch),
+      static_cast<int>(rows),
       static_cast<int>(padded),
-      static_cast<int>(ld_w),
-      static_cast<int>(ld),
+      static_cast<int>(banked(padded, sizeof(A), lanes)),
+      static_cast<int>(banked((Backward ? 3 : 1) * padded, sizeof(A), lanes)),
       lanes};
   out->blocks = static_cast<int>(blocks);
+  out->tiles = static_cast<int>((batch + rows - 1) / rows);
   out->shared_bytes = static_cast<size_t>(bytes);
   return cudaSuccess;
 }
@@ -921,7 +985,8 @@ cudaError_t launch(
   if (x == Exchange::kCluster) {
     ClusterTiling tiling = p.cluster;
     void* params[] = {&a, &tiling};
-    ClusterLaunch launch(p.blocks, kClusterThreads, p.shared_bytes, stream);
+    ClusterLaunch launch(
+        p.blocks, kClusterThreads, p.shared_bytes, stream, p.tiles);
     launched = cudaLaunchKernelExC(
         &launch.config, kernel_of<T, Backward, Exchange::kCluster>(), params);
   } else {
@@ -994,6 +1059,19 @@ bool sequence_persistent_fits(
 }
 
 template <typename T>
+int64_t sequence_cluster_items(int64_t batch, int64_t state, bool backward) {
+  Plan p{};
+  const cudaError_t status = backward
+      ? plan<T, true>(batch, state, Exchange::kCluster, &p)
+      : plan<T, false>(batch, state, Exchange::kCluster, &p);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return p.fits ? int64_t(p.cluster.rows) * p.cluster.columns : 0;
+}
+
+template <typename T>
 cudaError_t launch_sequence_forward(
     const SequenceForwardArgs<T>& a,
     Exchange exchange,
@@ -1035,6 +1113,7 @@ cudaError_t launch_sequence_backward(
 
 #define LLTM_INSTANTIATE(T)                                                    \
   template bool sequence_persistent_fits<T>(int64_t, int64_t, bool, Exchange); \
+  template int64_t sequence_cluster_items<T>(int64_t, int64_t, bool);          \
   template cudaError_t launch_sequence_forward<T>(                             \
       const SequenceForwardArgs<T>&, Exchange, cudaStream_t);                  \
   template size_t sequence_backward_workspace_size<T>(                         \

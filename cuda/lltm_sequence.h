@@ -98,6 +98,12 @@ bool sequence_persistent_fits(
     bool backward,
     Exchange exchange);
 
+// The (row, column) items a block of the cluster on CUDA cores takes: the
+// cluster's blocks split the state, and clusters the batch, in tiles of
+// rows; 0 where the cluster does not fit.
+template <typename T>
+int64_t sequence_cluster_items(int64_t batch, int64_t state, bool backward);
+
 // Runs every step of the forward in one launch. Nothing is launched for
 // zero steps, rows or columns; cudaErrorNotSupported when
 // sequence_persistent_fits is false.

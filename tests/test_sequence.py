@@ -588,17 +588,20 @@ def test_cuda_fused_tensor_core_tiles(
 
 # The cluster's kernels (sm_90 on: 16 blocks of 512 threads on an H200) at
 # the edges of their regime: one step, one row, states that leave blocks
-# without a column (5, 33), items of several lanes and of one (batch *
-# columns = 264), one item per thread of a block (batch 64 at state 128),
-# and in float32 the shared memory's edge at state 512 (W_h's slice of 32
-# columns, and the double-buffered tile: batch 2 in the backward, 8 in the
-# forward).
+# without a column (5, 33), and in float32 the shared memory's edge at state
+# 512 (W_h's slice of 32 columns, and the double-buffered tile: batch 2 in
+# the backward, 8 in the forward). On CUDA cores (float32) clusters take the
+# batch in tiles of rows (64 items a block where those clusters run at once):
+# two tiles (batch 16 at state 128), a short last tile (20), eight tiles
+# (64), tiles grown to run at once (264 rows).
 CLUSTER_SHAPES = [
     (1, 1, 3, 5),
     (3, 7, 5, 33),
     (4, 16, 8, 128),
-    (2, 33, 4, 128),  # a lane per item
-    (3, 64, 4, 128),  # the most items: a thread each
+    (3, 20, 4, 128),
+    (2, 33, 4, 128),
+    (3, 64, 4, 128),
+    (2, 264, 4, 128),
     (3, 16, 4, 256),
     (2, 1, 8, 512),
     (5, 2, 8, 512),
@@ -669,9 +672,9 @@ def test_cuda_cluster_forward_on_tensor_cores_alone(
 @pytest.mark.parametrize(
     ("shape", "dtype"),
     [
-        ((2, 65, 4, 128), torch.float32),  # a second round
-        ((2, 3, 8, 512), torch.float32),  # the backward's tile too large
-        ((2, 129, 4, 128), torch.float16),  # the same, on tensor cores
+        ((2, 600, 4, 128), torch.float32),  # tiles of more items than threads
+        ((2, 40, 8, 512), torch.float32),  # the backward's tile too large
+        ((2, 600, 4, 128), torch.float16),  # too many rows for tensor cores too
     ],
     ids=lambda v: "T{}-B{}-F{}-S{}".format(*v) if isinstance(v, tuple) else str(v),
 )
@@ -691,7 +694,9 @@ def test_cuda_cluster_refuses_what_it_cannot_hold(
 
 
 # auto's thresholds (cpp/sequence_cuda.cpp), a size on each side: on sm_90
-# the cluster up to 256 items of batch * state / 16 (512 in 16-bit types); the
+# the cluster up to 224 items a block of its tiles of rows in float32 (256 in
+# float64; batch 196 and 197 at state 128 on an H200, which runs 7 clusters
+# at once), 512 items of batch * state / 16 on tensor cores; the
 # persistent kernel in one block up to 256 elements of batch * state, up to
 # batch 16 and 4096 elements (in float64, up to either); the fused steps up to
 # 2**26 multiply-adds per recurrent product (2**24 in 16-bit types); cuBLAS
@@ -703,7 +708,7 @@ AUTO_EDGES = [
     (3, 8, 4, 128),
     (3, 9, 4, 128),
     (3, 16, 4, 256),
-    (2, 8, 4, 256),  # float32's cluster up to 128 items (batch x state / 16)
+    (2, 8, 4, 256),  # float32: two tiles of 4 rows
     (2, 9, 4, 256),
     (3, 8, 4, 512),
     (3, 9, 4, 512),
@@ -715,6 +720,8 @@ AUTO_EDGES = [
     (2, 33, 4, 128),
     (2, 64, 4, 128),
     (2, 65, 4, 128),
+    (2, 196, 4, 128),
+    (2, 197, 4, 128),
     (3, 17, 4, 512),
     (2, 341, 4, 256),
     (2, 342, 4, 256),
