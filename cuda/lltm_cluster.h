@@ -203,14 +203,13 @@ __device__ __forceinline__ acc_t<T> load_element(
 
 // --- the launch --------------------------------------------------------------
 
-// A launch of one cluster of `blocks` blocks of `threads` threads: the grid
-// is the cluster. The configuration points at the attribute beside it, so
-// the two live together.
+// A launch of `tiles` clusters of `blocks` blocks of `threads` threads: grid
+// (blocks, tiles), a cluster a row of it. The configuration points at the
+// attribute beside it, so the two live together.
 struct ClusterLaunch {
   cudaLaunchAttribute attribute{};
   cudaLaunchConfig_t config{};
 
-  // `tiles` clusters of `blocks` blocks: grid (blocks, tiles).
   ClusterLaunch(
       int blocks,
       int threads,
