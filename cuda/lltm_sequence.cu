@@ -919,12 +919,6 @@ cudaError_t plan_cluster(int64_t batch, int64_t state, Plan* out) {
   const int64_t columns = (state + blocks - 1) / blocks;
   constexpr int64_t kSize = Pack<A>::kSize;
   const int64_t padded = (state + kSize - 1) / kSize * kSize;
-  const auto bytes_for = [&](int64_t rows, int lanes) {
-    const int64_t ld_w = banked(padded, sizeof(A), lanes);
-    const int64_t ld = banked((Backward ? 3 : 1) * padded, sizeof(A), lanes);
-    return (3 * columns * ld_w + 2 * rows * ld) * int64_t(sizeof(A)) +
-        2 * int64_t(sizeof(uint64_t)); // and the buffers' barriers
-  };
   // The batch in tiles of kTileItems items a block, a cluster each, where
   // that many clusters run at once (a step's time grows with a block's
   // items); else the fewest tiles that do.
@@ -938,7 +932,11 @@ cudaError_t plan_cluster(int64_t batch, int64_t state, Plan* out) {
     return cudaSuccess; // more items than one round of a block's threads
   }
   const int lanes = lanes_for(rows * columns, kClusterThreads);
-  const int64_t bytes = bytes_for(rows, lanes);
+  const int64_t ld_w = banked(padded, sizeof(A), lanes);
+  const int64_t ld = banked((Backward ? 3 : 1) * padded, sizeof(A), lanes);
+  const int64_t bytes =
+      (3 * columns * ld_w + 2 * rows * ld) * int64_t(sizeof(A)) +
+      2 * int64_t(sizeof(uint64_t)); // and the buffers' barriers
   if (bytes > limits.shared_bytes) {
     return cudaSuccess;
   }
@@ -947,8 +945,8 @@ cudaError_t plan_cluster(int64_t batch, int64_t state, Plan* out) {
       static_cast<int>(columns),
       static_cast<int>(rows),
       static_cast<int>(padded),
-      static_cast<int>(banked(padded, sizeof(A), lanes)),
-      static_cast<int>(banked((Backward ? 3 : 1) * padded, sizeof(A), lanes)),
+      static_cast<int>(ld_w),
+      static_cast<int>(ld),
       lanes};
   out->blocks = static_cast<int>(blocks);
   out->tiles = static_cast<int>((batch + rows - 1) / rows);
