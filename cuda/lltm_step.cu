@@ -3,8 +3,8 @@
 // (lltm_sequence.cu): no pre-activation tensor makes a round trip through
 // memory between a GEMM and a pointwise kernel. Where a step's grid fits on
 // the GPU at once, one cooperative launch per direction runs every step,
-// with a grid barrier between them (in float from sm_80, W_h's slice held in
-// shared memory and a barrier per row tile: held_forward_kernel); else the
+// with a barrier among the blocks of a row tile between them (in float from
+// sm_80, W_h's slice held in shared memory: held_forward_kernel); else the
 // host issues one plain launch per step (run_steps, lltm_step.h).
 //
 // Forward, step t (z holds P_t = input_t W_x^T on entry):
@@ -518,46 +518,6 @@ __device__ __forceinline__ float dot4(float acc, float4 x, float4 w) {
   return fmaf(x.w, w.w, acc);
 }
 
-// The barrier between steps. Batch rows are independent recurrences, so a
-// block needs only the blocks of its own row tile (blockIdx.x) to have
-// finished the step before: each block counts its arrival on its row tile's
-// counter (release), and waits for the count of the step (acquire). A full
-// grid barrier made every block wait for the slowest of the grid, through
-// one counter that all of them increment.
-__device__ __forceinline__ void arrive(unsigned* count) {
-  __syncthreads(); // every thread's stores of the step are made
-  if (threadIdx.x == 0) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count)
-                 : "memory");
-#endif
-  }
-}
-
-__device__ __forceinline__ void wait_for(const unsigned* count, unsigned n) {
-  if (threadIdx.x == 0) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    unsigned seen = 0;
-    do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
-                   : "=r"(seen)
-                   : "l"(count)
-                   : "memory");
-    } while (seen < n);
-#endif
-  }
-  __syncthreads();
-}
-
-// The row tiles' counters start at zero: block (x, 0) clears x's, and one
-// grid barrier, before the first step, orders that before any arrival.
-__device__ __forceinline__ void clear_arrivals(unsigned* arrivals) {
-  if (blockIdx.y == 0 && threadIdx.x == 0) {
-    arrivals[blockIdx.x] = 0;
-  }
-  cooperative_groups::this_grid().sync();
-}
-
 template <typename P>
 __global__ void __launch_bounds__(P::threads, P::resident)
     held_forward_kernel(const FusedForwardArgs<float> a, unsigned* arrivals) {
@@ -596,7 +556,7 @@ __global__ void __launch_bounds__(P::threads, P::resident)
       });
     }
     if (t > 0) {
-      wait_for(arrivals + blockIdx.x, static_cast<unsigned>(t) * gridDim.y);
+      wait_for_step(arrivals, t);
     }
     fetch_whole_rows<BM>(rows_s, s.h, B, S, b0);
     float acc[3 * TM * TN] = {};
@@ -629,7 +589,9 @@ __global__ void __launch_bounds__(P::threads, P::resident)
             acc[(2 * TM + r) * TN + c]);
       });
     }
-    arrive(arrivals + blockIdx.x);
+    if (t + 1 < a.steps) {
+      arrive(arrivals + blockIdx.x);
+    }
   }
 #endif
 }
@@ -675,7 +637,7 @@ __global__ void __launch_bounds__(P::threads, P::resident) held_backward_kernel(
       });
     }
     if (i > 0) {
-      wait_for(arrivals + blockIdx.x, static_cast<unsigned>(i) * gridDim.y);
+      wait_for_step(arrivals, i);
     }
     float acc[TM * TN] = {};
     if (s.dz_next != nullptr) {
@@ -700,7 +662,9 @@ __global__ void __launch_bounds__(P::threads, P::resident) held_backward_kernel(
         finish_backward_epilogue(s, dc, b, j, in[r][c], acc[r * TN + c]);
       });
     }
-    arrive(arrivals + blockIdx.x);
+    if (i + 1 < a.steps) {
+      arrive(arrivals + blockIdx.x);
+    }
   }
 #endif
 }
@@ -730,25 +694,36 @@ __global__ void __launch_bounds__(P::threads, P::resident)
 // Every step in one cooperative launch (run_steps, lltm_step.h).
 template <typename T, typename P>
 __global__ void __launch_bounds__(P::threads, P::resident)
-    fused_forward_kernel(const FusedForwardArgs<T> a) {
+    fused_forward_kernel(const FusedForwardArgs<T> a, unsigned* arrivals) {
   if constexpr (has_fragments<T>()) {
     __trap();
   } else {
-    every_step(a, false, [](const StepForwardArgs<T>& step) {
-      forward_tile<T, P>(step);
-    });
+    every_step(
+        a,
+        false,
+        arrivals,
+        [](const auto&) {},
+        [](const StepForwardArgs<T>& step) { forward_tile<T, P>(step); });
   }
 }
 
 template <typename T, typename P>
 __global__ void __launch_bounds__(P::threads, P::resident)
-    fused_backward_kernel(const FusedBackwardArgs<T> a, acc_t<T>* dc) {
+    fused_backward_kernel(
+        const FusedBackwardArgs<T> a,
+        acc_t<T>* dc,
+        unsigned* arrivals) {
   if constexpr (has_fragments<T>()) {
     __trap();
   } else {
-    every_step(a, true, [dc](const StepBackwardArgs<T>& step) {
-      backward_tile<T, P>(step, dc);
-    });
+    every_step(
+        a,
+        true,
+        arrivals,
+        [](const auto&) {},
+        [dc](const StepBackwardArgs<T>& step) {
+          backward_tile<T, P>(step, dc);
+        });
   }
 }
 
@@ -807,20 +782,35 @@ constexpr auto fused_backward_of() {
 template <typename T, typename P>
 cudaError_t forward_with(
     const FusedForwardArgs<T>& a,
+    unsigned* arrivals,
     const DeviceLimits& limits,
     cudaStream_t stream) {
   return run_steps<fused_forward_of<T, P>(), &step_forward_kernel<T, P>>(
-      a, false, grid_of<P>(a.batch, a.state), P::threads, limits, stream);
+      a,
+      false,
+      grid_of<P>(a.batch, a.state),
+      P::threads,
+      arrivals,
+      limits,
+      stream);
 }
 
 template <typename T, typename P>
 cudaError_t backward_with(
     const FusedBackwardArgs<T>& a,
     acc_t<T>* dc,
+    unsigned* arrivals,
     const DeviceLimits& limits,
     cudaStream_t stream) {
   return run_steps<fused_backward_of<T, P>(), &step_backward_kernel<T, P>>(
-      a, true, grid_of<P>(a.batch, a.state), P::threads, limits, stream, dc);
+      a,
+      true,
+      grid_of<P>(a.batch, a.state),
+      P::threads,
+      arrivals,
+      limits,
+      stream,
+      dc);
 }
 
 // Every step of a direction in one cooperative launch of Kernel, W_h held
@@ -876,7 +866,7 @@ cudaError_t launch_held(
   }
   // The counters of arrivals reach steps * grid.y, in 32 bits.
   if (int64_t(per_sm) * limits.multiprocessors < int64_t(grid.x) * grid.y ||
-      a.steps * grid.y > int64_t(UINT32_MAX)) {
+      !counts_fit(a.steps, grid)) {
     return cudaErrorNotSupported;
   }
   Args args = a;
@@ -905,15 +895,15 @@ cudaError_t forward_steps(
     }
   }
   if (fills<Forward3>(a.batch, a.state, sms)) {
-    return forward_with<T, Forward3>(a, limits, stream);
+    return forward_with<T, Forward3>(a, arrivals, limits, stream);
   }
   if (fills<Forward2>(a.batch, a.state, sms)) {
-    return forward_with<T, Forward2>(a, limits, stream);
+    return forward_with<T, Forward2>(a, arrivals, limits, stream);
   }
   if (fills<Forward1>(a.batch, a.state, sms)) {
-    return forward_with<T, Forward1>(a, limits, stream);
+    return forward_with<T, Forward1>(a, arrivals, limits, stream);
   }
-  return forward_with<T, Forward0>(a, limits, stream);
+  return forward_with<T, Forward0>(a, arrivals, limits, stream);
 }
 
 template <typename T>
@@ -935,27 +925,30 @@ cudaError_t backward_steps(
     }
   }
   if (fills<Backward3>(a.batch, a.state, sms)) {
-    return backward_with<T, Backward3>(a, dc, limits, stream);
+    return backward_with<T, Backward3>(a, dc, arrivals, limits, stream);
   }
   if (fills<Backward2>(a.batch, a.state, sms)) {
-    return backward_with<T, Backward2>(a, dc, limits, stream);
+    return backward_with<T, Backward2>(a, dc, arrivals, limits, stream);
   }
   if (fills<Backward1>(a.batch, a.state, sms)) {
-    return backward_with<T, Backward1>(a, dc, limits, stream);
+    return backward_with<T, Backward1>(a, dc, arrivals, limits, stream);
   }
-  return backward_with<T, Backward0>(a, dc, limits, stream);
+  return backward_with<T, Backward0>(a, dc, arrivals, limits, stream);
 }
 
-// The held steps' counters of arrivals, one per row tile (float only),
-// after the running cell gradient in the backward's workspace.
+// The counters of the cooperative steps' barriers (every_step, the held
+// kernels), after the running cell gradient in the backward's workspace.
+// double's steps take a launch each, and need none.
 template <typename T>
 size_t arrivals_size(int64_t batch) {
-  static_assert(Forward0::BM == Backward0::BM);
-  if constexpr (!std::is_same_v<T, float>) {
+  static_assert(
+      Forward0::BM >= kArrivalRows && Backward0::BM >= kArrivalRows,
+      "a counter per row tile of the smallest tiles");
+  if constexpr (std::is_same_v<T, double>) {
     return 0;
+  } else {
+    return detail::arrivals_size(batch);
   }
-  return static_cast<size_t>((batch + Forward0::BM - 1) / Forward0::BM) *
-      sizeof(unsigned);
 }
 
 template <typename T>
@@ -985,13 +978,13 @@ cudaError_t launch_fused_forward(
       status != cudaSuccess) {
     return status;
   }
+  unsigned* arrivals = arrivals_in<T>(workspace, 0, a.batch);
   if constexpr (sizeof(T) == 2) {
     if (step_mma_runs<T>(limits)) {
-      return launch_fused_forward_mma(a, limits, stream);
+      return launch_fused_forward_mma(a, arrivals, limits, stream);
     }
   }
-  return forward_steps(
-      a, arrivals_in<T>(workspace, 0, a.batch), limits, stream);
+  return forward_steps(a, arrivals, limits, stream);
 }
 
 template <typename T>
@@ -1024,13 +1017,13 @@ cudaError_t launch_fused_backward(
       status != cudaSuccess) {
     return status;
   }
+  unsigned* arrivals = arrivals_in<T>(workspace, dc_size(a), a.batch);
   if constexpr (sizeof(T) == 2) {
     if (step_mma_runs<T>(limits)) {
-      return launch_fused_backward_mma(a, dc, limits, stream);
+      return launch_fused_backward_mma(a, dc, arrivals, limits, stream);
     }
   }
-  return backward_steps(
-      a, dc, arrivals_in<T>(workspace, dc_size(a), a.batch), limits, stream);
+  return backward_steps(a, dc, arrivals, limits, stream);
 }
 
 bool use_tiled_path(int64_t batch, int64_t input_features, int64_t state) {

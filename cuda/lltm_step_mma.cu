@@ -20,8 +20,9 @@
 // and c (or dc) may be updated in place.
 //
 // Where the grid of a step fits on the GPU at once, one cooperative launch
-// per direction runs every step, a grid barrier between them (no launch,
-// and no host time, per step); else one launch per step.
+// per direction runs every step, a barrier among the blocks of a row tile
+// between them (no launch, and no host time, per step); else one launch per
+// step.
 #include "lltm_step.h"
 
 #include "lltm_device.h"
@@ -60,6 +61,50 @@ struct MmaTile {
   // more, the larger the grid that runs all steps in one launch.
   static constexpr int resident = threads <= 256 ? 2 : 1;
 };
+
+// The epilogue's (row, column) items of a block, BM x BN: thread x takes
+// items x + n threads for n < epilogue_items, f(n, b, j) for those inside
+// the problem (row b, state column j). The same thread each step: c and dc
+// stay one thread's.
+template <typename P>
+constexpr int epilogue_items = (P::BM * P::BN + P::threads - 1) / P::threads;
+
+// Whether the cooperative kernels of tile P load the epilogue's inputs
+// before the barrier, while other blocks finish the step before (as the
+// held kernels of lltm_step.cu do): where a thread's items are few enough
+// to wait in registers, the smallest tiles, which the small batches take.
+// There a step is a chain of round trips to memory, and this takes one off.
+template <typename P>
+constexpr bool prefetches = epilogue_items<P> <= 2;
+
+template <typename P, typename F>
+__device__ __forceinline__ void each_epilogue_item(
+    int64_t b0,
+    int j0,
+    int64_t B,
+    int S,
+    F&& f) {
+  auto item = [&](int n) {
+    const int e = static_cast<int>(threadIdx.x) + n * P::threads;
+    const int r = e / P::BN;
+    const int64_t b = b0 + r;
+    const int j = j0 + (e - r * P::BN);
+    if (e < P::BM * P::BN && b < B && j < S) {
+      f(n, b, j);
+    }
+  };
+  if constexpr (prefetches<P>) { // n indexes registers
+#pragma unroll
+    for (int n = 0; n < epilogue_items<P>; ++n) {
+      item(n);
+    }
+  } else { // one item's registers at a time
+#pragma unroll 1
+    for (int n = 0; n < epilogue_items<P>; ++n) {
+      item(n);
+    }
+  }
+}
 
 // A chunk of R rows by W columns of a row-major operand, on its way to
 // shared memory: held by the NG threads of a group, V elements per access.
@@ -124,9 +169,12 @@ struct Staged {
   }
 };
 
-// One step's tile of the forward.
-template <typename T, typename P, int V>
-__device__ __forceinline__ void forward_tile(const StepForwardArgs<T>& a) {
+// One step's tile of the forward; inputs(n, b, j): the epilogue's inputs
+// (ForwardEpilogueInputs) of the thread's item n, at row b, column j.
+template <typename T, typename P, int V, typename Inputs>
+__device__ __forceinline__ void forward_tile(
+    const StepForwardArgs<T>& a,
+    Inputs&& inputs) {
   if constexpr (!has_fragments<T>()) {
     __trap(); // launched only where step_mma_runs
   } else {
@@ -202,14 +250,9 @@ __device__ __forceinline__ void forward_tile(const StepForwardArgs<T>& a) {
           wmma::mem_row_major);
     }
     __syncthreads();
-    for (int e = static_cast<int>(threadIdx.x); e < BM * BN; e += P::threads) {
-      const int r = e / BN;
-      const int c = e - r * BN;
-      const int64_t b = b0 + r;
-      const int j = j0 + c;
-      if (b >= B || j >= S) {
-        continue;
-      }
+    each_epilogue_item<P>(b0, j0, B, S, [&](int n, int64_t b, int j) {
+      const int r = static_cast<int>(b - b0);
+      const int c = j - j0;
       float z[3] = {0.0f, 0.0f, 0.0f};
       for (int q = 0; q < KS; ++q) {
 #pragma unroll
@@ -217,16 +260,18 @@ __device__ __forceinline__ void forward_tile(const StepForwardArgs<T>& a) {
           z[g] += sum[((q * 3 + g) * BM + r) * SLD + c];
         }
       }
-      step_forward_epilogue(a, b, j, z[0], z[1], z[2]);
-    }
+      finish_forward_epilogue(a, b, j, inputs(n, b, j), z[0], z[1], z[2]);
+    });
   }
 }
 
-// One step's tile of the backward.
-template <typename T, typename P, int V>
+// One step's tile of the backward; inputs as forward_tile's
+// (BackwardEpilogueInputs).
+template <typename T, typename P, int V, typename Inputs>
 __device__ __forceinline__ void backward_tile(
     const StepBackwardArgs<T>& a,
-    float* dc) {
+    float* dc,
+    Inputs&& inputs) {
   if constexpr (!has_fragments<T>()) {
     __trap(); // launched only where step_mma_runs
   } else {
@@ -295,53 +340,99 @@ __device__ __forceinline__ void backward_tile(
           wmma::mem_row_major);
       __syncthreads();
     }
-    for (int e = static_cast<int>(threadIdx.x); e < BM * BN; e += P::threads) {
-      const int r = e / BN;
-      const int c = e - r * BN;
-      const int64_t b = b0 + r;
-      const int j = j0 + c;
-      if (b >= B || j >= S) {
-        continue;
-      }
+    each_epilogue_item<P>(b0, j0, B, S, [&](int n, int64_t b, int j) {
+      const int r = static_cast<int>(b - b0);
+      const int c = j - j0;
       float total = 0.0f;
       if (recurrent) {
         for (int q = 0; q < KS; ++q) {
           total += sum[(q * BM + r) * SLD + c];
         }
       }
-      step_backward_epilogue(a, dc, b, j, total);
-    }
+      finish_backward_epilogue(a, dc, b, j, inputs(n, b, j), total);
+    });
   }
 }
 
-// One step per launch.
+// One step per launch: the epilogue loads its inputs after the product.
 template <typename T, typename P, int V>
 __global__ void __launch_bounds__(P::threads)
     step_forward_mma_kernel(const StepForwardArgs<T> a) {
-  forward_tile<T, P, V>(a);
+  forward_tile<T, P, V>(
+      a, [&](int, int64_t b, int j) { return load_forward_epilogue(a, b, j); });
 }
 
 template <typename T, typename P, int V>
 __global__ void __launch_bounds__(P::threads)
     step_backward_mma_kernel(const StepBackwardArgs<T> a, float* dc) {
-  backward_tile<T, P, V>(a, dc);
-}
-
-// Every step in one cooperative launch (run_steps, lltm_step.h).
-template <typename T, typename P, int V>
-__global__ void __launch_bounds__(P::threads, P::resident)
-    fused_forward_mma_kernel(const FusedForwardArgs<T> a) {
-  every_step(a, false, [](const StepForwardArgs<T>& step) {
-    forward_tile<T, P, V>(step);
+  backward_tile<T, P, V>(a, dc, [&](int, int64_t b, int j) {
+    return load_backward_epilogue(a, dc, b, j);
   });
 }
 
+// Every step in one cooperative launch (run_steps, lltm_step.h), the
+// epilogue's inputs loaded before the barrier where P prefetches.
 template <typename T, typename P, int V>
 __global__ void __launch_bounds__(P::threads, P::resident)
-    fused_backward_mma_kernel(const FusedBackwardArgs<T> a, float* dc) {
-  every_step(a, true, [dc](const StepBackwardArgs<T>& step) {
-    backward_tile<T, P, V>(step, dc);
-  });
+    fused_forward_mma_kernel(const FusedForwardArgs<T> a, unsigned* arrivals) {
+  const int64_t b0 = int64_t(blockIdx.x) * P::BM;
+  const int j0 = static_cast<int>(blockIdx.y) * P::BN;
+  const int S = static_cast<int>(a.state);
+  ForwardEpilogueInputs<T> in[prefetches<P> ? epilogue_items<P> : 1];
+  every_step(
+      a,
+      false,
+      arrivals,
+      [&](const StepForwardArgs<T>& step) {
+        if constexpr (prefetches<P>) {
+          each_epilogue_item<P>(
+              b0, j0, a.batch, S, [&](int n, int64_t b, int j) {
+                in[n] = load_forward_epilogue(step, b, j);
+              });
+        }
+      },
+      [&](const StepForwardArgs<T>& step) {
+        forward_tile<T, P, V>(step, [&](int n, int64_t b, int j) {
+          if constexpr (prefetches<P>) {
+            return in[n];
+          } else {
+            return load_forward_epilogue(step, b, j);
+          }
+        });
+      });
+}
+
+template <typename T, typename P, int V>
+__global__ void __launch_bounds__(P::threads, P::resident)
+    fused_backward_mma_kernel(
+        const FusedBackwardArgs<T> a,
+        float* dc,
+        unsigned* arrivals) {
+  const int64_t b0 = int64_t(blockIdx.x) * P::BM;
+  const int j0 = static_cast<int>(blockIdx.y) * P::BN;
+  const int S = static_cast<int>(a.state);
+  BackwardEpilogueInputs<T> in[prefetches<P> ? epilogue_items<P> : 1];
+  every_step(
+      a,
+      true,
+      arrivals,
+      [&](const StepBackwardArgs<T>& step) {
+        if constexpr (prefetches<P>) {
+          each_epilogue_item<P>(
+              b0, j0, a.batch, S, [&](int n, int64_t b, int j) {
+                in[n] = load_backward_epilogue(step, dc, b, j);
+              });
+        }
+      },
+      [&](const StepBackwardArgs<T>& step) {
+        backward_tile<T, P, V>(step, dc, [&](int n, int64_t b, int j) {
+          if constexpr (prefetches<P>) {
+            return in[n];
+          } else {
+            return load_backward_epilogue(step, dc, b, j);
+          }
+        });
+      });
 }
 
 // The tiles, from small to large: <16-row tiles, 16-column tiles, groups
@@ -376,24 +467,41 @@ bool packed(
 template <typename T, typename P, int V>
 cudaError_t forward_with(
     const FusedForwardArgs<T>& a,
+    unsigned* arrivals,
     const DeviceLimits& limits,
     cudaStream_t stream) {
+  static_assert(P::BM >= kArrivalRows);
   return run_steps<
       &fused_forward_mma_kernel<T, P, V>,
       &step_forward_mma_kernel<T, P, V>>(
-      a, false, grid_of<P>(a.batch, a.state), P::threads, limits, stream);
+      a,
+      false,
+      grid_of<P>(a.batch, a.state),
+      P::threads,
+      arrivals,
+      limits,
+      stream);
 }
 
 template <typename T, typename P, int V>
 cudaError_t backward_with(
     const FusedBackwardArgs<T>& a,
     float* dc,
+    unsigned* arrivals,
     const DeviceLimits& limits,
     cudaStream_t stream) {
+  static_assert(P::BM >= kArrivalRows);
   return run_steps<
       &fused_backward_mma_kernel<T, P, V>,
       &step_backward_mma_kernel<T, P, V>>(
-      a, true, grid_of<P>(a.batch, a.state), P::threads, limits, stream, dc);
+      a,
+      true,
+      grid_of<P>(a.batch, a.state),
+      P::threads,
+      arrivals,
+      limits,
+      stream,
+      dc);
 }
 
 // Whether a launch takes tile P over the next smaller tile Q: where P fills
@@ -416,22 +524,24 @@ bool takes(int64_t batch, int64_t state, int64_t sms) {
 template <typename T, typename P>
 cudaError_t forward_tiles(
     const FusedForwardArgs<T>& a,
+    unsigned* arrivals,
     const DeviceLimits& limits,
     cudaStream_t stream) {
   return packed({a.h0, a.output}, a.w, a.ld_w, a.state)
-      ? forward_with<T, P, 8>(a, limits, stream)
-      : forward_with<T, P, 1>(a, limits, stream);
+      ? forward_with<T, P, 8>(a, arrivals, limits, stream)
+      : forward_with<T, P, 1>(a, arrivals, limits, stream);
 }
 
 template <typename T, typename P>
 cudaError_t backward_tiles(
     const FusedBackwardArgs<T>& a,
     float* dc,
+    unsigned* arrivals,
     const DeviceLimits& limits,
     cudaStream_t stream) {
   return packed({a.d_gates}, a.w, a.ld_w, a.state)
-      ? backward_with<T, P, 8>(a, dc, limits, stream)
-      : backward_with<T, P, 1>(a, dc, limits, stream);
+      ? backward_with<T, P, 8>(a, dc, arrivals, limits, stream)
+      : backward_with<T, P, 1>(a, dc, arrivals, limits, stream);
 }
 
 } // namespace
@@ -439,41 +549,47 @@ cudaError_t backward_tiles(
 template <typename T>
 cudaError_t launch_fused_forward_mma(
     const FusedForwardArgs<T>& a,
+    unsigned* arrivals,
     const DeviceLimits& limits,
     cudaStream_t stream) {
   const int64_t sms = limits.multiprocessors;
   if (fills<Forward2>(a.batch, a.state, sms)) {
-    return forward_tiles<T, Forward2>(a, limits, stream);
+    return forward_tiles<T, Forward2>(a, arrivals, limits, stream);
   }
   if (takes<Forward1, Forward0>(a.batch, a.state, sms)) {
-    return forward_tiles<T, Forward1>(a, limits, stream);
+    return forward_tiles<T, Forward1>(a, arrivals, limits, stream);
   }
-  return forward_tiles<T, Forward0>(a, limits, stream);
+  return forward_tiles<T, Forward0>(a, arrivals, limits, stream);
 }
 
 template <typename T>
 cudaError_t launch_fused_backward_mma(
     const FusedBackwardArgs<T>& a,
     acc_t<T>* dc,
+    unsigned* arrivals,
     const DeviceLimits& limits,
     cudaStream_t stream) {
   const int64_t sms = limits.multiprocessors;
   if (fills<Backward2>(a.batch, a.state, sms)) {
-    return backward_tiles<T, Backward2>(a, dc, limits, stream);
+    return backward_tiles<T, Backward2>(a, dc, arrivals, limits, stream);
   }
   if (takes<Backward1, Backward0>(a.batch, a.state, sms)) {
-    return backward_tiles<T, Backward1>(a, dc, limits, stream);
+    return backward_tiles<T, Backward1>(a, dc, arrivals, limits, stream);
   }
-  return backward_tiles<T, Backward0>(a, dc, limits, stream);
+  return backward_tiles<T, Backward0>(a, dc, arrivals, limits, stream);
 }
 
-#define LLTM_INSTANTIATE(T)                                           \
-  template cudaError_t launch_fused_forward_mma<T>(                   \
-      const FusedForwardArgs<T>&, const DeviceLimits&, cudaStream_t); \
-  template cudaError_t launch_fused_backward_mma<T>(                  \
-      const FusedBackwardArgs<T>&,                                    \
-      acc_t<T>*,                                                      \
-      const DeviceLimits&,                                            \
+#define LLTM_INSTANTIATE(T)                          \
+  template cudaError_t launch_fused_forward_mma<T>(  \
+      const FusedForwardArgs<T>&,                    \
+      unsigned*,                                     \
+      const DeviceLimits&,                           \
+      cudaStream_t);                                 \
+  template cudaError_t launch_fused_backward_mma<T>( \
+      const FusedBackwardArgs<T>&,                   \
+      acc_t<T>*,                                     \
+      unsigned*,                                     \
+      const DeviceLimits&,                           \
       cudaStream_t);
 
 LLTM_INSTANTIATE(__half)

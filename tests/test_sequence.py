@@ -512,6 +512,7 @@ FUSED_SHAPES = [
     (4, 16, 8, 512),  # cooperative, several rounds of chunks over k
     (3, 33, 5, 97),  # cooperative, odd sizes
     (2, 300, 8, 256),  # forward 16x32, 152 blocks: cooperative; backward 304: per step
+    (9, 300, 8, 256),  # the same forward's 19 row tiles and their barriers, over 9 steps
     (2, 600, 4, 256),  # forward 16x32, 304 blocks: per step; backward 16x64: cooperative
     (1, 1023, 8, 512),  # forward 64x32, backward 16x64, a short last tile
     (2, 1200, 8, 510),  # forward 64x64, backward 64x64: cooperative
@@ -561,7 +562,7 @@ def test_cuda_fused_steps_with_unaligned_states(monkeypatch: pytest.MonkeyPatch)
 # and element by element, at the edges: one row, a row and a column past a
 # tile, a short last tile, one step. A grid that fits on the GPU at once (up
 # to 264 blocks of 256 threads on an H200) runs every step in one cooperative
-# launch, a larger one a launch per step.
+# launch, a barrier per row tile between steps; a larger one a launch per step.
 MMA_SHAPES = [
     (1, 1, 3, 20),  # the 16x16 tiles, one row, by element, one step
     (2, 17, 5, 33),  # a row and a column past them
@@ -573,6 +574,7 @@ MMA_SHAPES = [
     (5, 256, 8, 256),  # the 16x16 tiles, 256 blocks: cooperative, 5 steps
     (2, 960, 8, 128),  # the 16x16 tiles, 480 blocks: a launch per step
     (3, 961, 8, 128),  # 32x32 on 124 of the 132 (the 16x16 would be 488): cooperative
+    (12, 90, 8, 128),  # cooperative: 6 row tiles, each with its own barrier, over 12 steps
 ]
 
 
