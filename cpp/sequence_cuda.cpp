@@ -471,19 +471,20 @@ bool persistent_size(
 }
 
 // Where auto takes the cluster (sm_90 on), where it fits, before any other
-// path: up to 512 (row, column) items per block of its 16 (batch *
-// state_size / 16) in float16 and bfloat16, whose cluster runs on tensor
-// cores from batch 2 (cuda/lltm_cluster_mma.cu); on CUDA cores, whose
-// clusters take the batch in tiles of rows, up to 224 items a block of a
-// tile in float32 (whose fused steps hold W_h: at T = 512 on the H200, µs a
-// step, 512,192,32,128, 224 items, 9.14 against the fused steps' 9.67, and
+// path. Clusters on CUDA cores take the batch in tiles of rows, and auto
+// takes them up to 224 (row, column) items a block of a tile in float32
+// (whose fused steps hold W_h: at T = 512 on the H200, µs a step,
+// 512,192,32,128, 224 items, 9.14 against the fused steps' 9.67, and
 // 512,96,128,256, 224 items, 12.43 against 14.90, but 512,256,32,128, 296
-// items, 12.08 against 10.20), 256 in other types.
-// Measured on the H200, T = 512, ms per call: float16 on tensor cores at
-// 512,64,32,128 (512) 3.14 against the tensor-core steps' 3.84, at
-// 512,16,128,256 (256) 2.76 against 4.24, but at 512,128,32,128 (1024)
-// 4.95 against 3.95 and at 512,48,128,256 (768) 4.58 against 4.39.
-// docs/performance.md.
+// items, 12.08 against 10.20), 256 in other types. In float16 and bfloat16
+// up to 160 items in both directions (cuda::sequence_cluster_small_tiles):
+// 512,128,32,128, 152 items, 6.29 against the tensor-core steps' 7.12, but
+// 512,192,32,128, 224 items, 8.30 against 7.21. Their cluster on tensor
+// cores, which takes the whole batch (on_tensor_cores in
+// cuda/lltm_sequence.cu chooses), up to 512 fragments a block of its 16
+// (batch * state_size / 16): ms per call at T = 512, 512,16,128,256 (256)
+// 2.76 against the tensor-core steps' 4.24, but at 512,48,128,256 (768)
+// 4.58 against 4.39. docs/performance.md.
 template <typename K>
 bool cluster_size(
     int64_t batch,
@@ -492,7 +493,8 @@ bool cluster_size(
     bool tensor_cores,
     bool backward) {
   if (tensor_cores) {
-    return batch * ((state + 15) / 16) <= 512;
+    return batch * ((state + 15) / 16) <= 512 ||
+        cuda::sequence_cluster_small_tiles<K>(batch, state);
   }
   const int64_t items = cuda::sequence_cluster_items<K>(batch, state, backward);
   return items > 0 && items <= (dtype == at::kFloat ? 224 : 256);

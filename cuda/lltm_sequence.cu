@@ -43,6 +43,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <mutex>
 #include <type_traits>
 
@@ -1003,9 +1004,18 @@ cudaError_t launch(
 }
 
 // Whether the cluster runs on tensor cores (lltm_cluster_mma.cu): in
-// float16 and bfloat16 where those kernels fit, but at batch 1 on CUDA
-// cores where these fit: their exchange, from registers and with no block
-// barrier, is the faster one there (docs/performance.md).
+// float16 and bfloat16 where those kernels fit, but on CUDA cores where
+// these fit at batch 1 (their exchange, from registers and with no block
+// barrier, is the faster one there), and from 257 fragments of batch x
+// state / 16 a block where the cluster on CUDA cores, which takes the batch
+// in tiles of rows, has small tiles in both directions: a tensor-core
+// cluster takes the whole batch, and its step grows with it. At T = 512 on
+// the H200, float16, µs a step: 512,48,32,128 4.00 against 4.72,
+// 512,64,32,128 4.39 against 5.69, 512,32,128,256 5.93 against 6.14, but
+// at 256 fragments 512,16,128,256 5.31 against 4.67. Both directions
+// choose alike: at 512,16,256,512, where the backward's tile does not fit
+// on CUDA cores, the forward's on CUDA cores took the step from 7.84 to
+// 8.82 (docs/performance.md).
 template <typename T>
 bool on_tensor_cores(
     int64_t batch,
@@ -1028,7 +1038,8 @@ bool on_tensor_cores(
       }
       return !p.fits;
     }
-    return true;
+    return batch * ((state + 15) / 16) <= 256 ||
+        !sequence_cluster_small_tiles<T>(batch, state);
   } else {
     return false;
   }
@@ -1067,6 +1078,18 @@ int64_t sequence_cluster_items(int64_t batch, int64_t state, bool backward) {
     return 0;
   }
   return p.fits ? int64_t(p.cluster.rows) * p.cluster.columns : 0;
+}
+
+template <typename T>
+bool sequence_cluster_small_tiles(int64_t batch, int64_t state) {
+  constexpr int64_t kSmallTile = 160; // items a block
+  for (const bool backward : {false, true}) {
+    const int64_t items = sequence_cluster_items<T>(batch, state, backward);
+    if (items == 0 || items > kSmallTile) {
+      return false;
+    }
+  }
+  return true;
 }
 
 template <typename T>
@@ -1112,6 +1135,7 @@ cudaError_t launch_sequence_backward(
 #define LLTM_INSTANTIATE(T)                                                    \
   template bool sequence_persistent_fits<T>(int64_t, int64_t, bool, Exchange); \
   template int64_t sequence_cluster_items<T>(int64_t, int64_t, bool);          \
+  template bool sequence_cluster_small_tiles<T>(int64_t, int64_t);             \
   template cudaError_t launch_sequence_forward<T>(                             \
       const SequenceForwardArgs<T>&, Exchange, cudaStream_t);                  \
   template size_t sequence_backward_workspace_size<T>(                         \

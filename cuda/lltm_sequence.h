@@ -104,6 +104,13 @@ bool sequence_persistent_fits(
 template <typename T>
 int64_t sequence_cluster_items(int64_t batch, int64_t state, bool backward);
 
+// Whether the cluster on CUDA cores takes at most 160 items a block in both
+// directions: where the cluster in float16 and bfloat16 leaves tensor cores
+// for CUDA cores (from 257 fragments of batch x state / 16 a block), and how
+// far auto takes it there.
+template <typename T>
+bool sequence_cluster_small_tiles(int64_t batch, int64_t state);
+
 // Runs every step of the forward in one launch. Nothing is launched for
 // zero steps, rows or columns; cudaErrorNotSupported when
 // sequence_persistent_fits is false.

@@ -698,7 +698,10 @@ def test_cuda_cluster_refuses_what_it_cannot_hold(
 # auto's thresholds (cpp/sequence_cuda.cpp), a size on each side: on sm_90
 # the cluster up to 224 items a block of its tiles of rows in float32 (256 in
 # float64; batch 196 and 197 at state 128 on an H200, which runs 7 clusters
-# at once), 512 items of batch * state / 16 on tensor cores; the
+# at once); in 16-bit types on tensor cores up to 256 fragments of batch *
+# state / 16 (batch 32 and 33 at state 128), then on CUDA cores up to 160
+# items a block (batch 140 and 141 at state 128), on tensor cores again up to
+# 512 fragments; the
 # persistent kernel in one block up to 256 elements of batch * state, up to
 # batch 16 and 4096 elements (in float64, up to either); the fused steps up to
 # 2**26 multiply-adds per recurrent product (2**24 in 16-bit types); cuBLAS
@@ -722,6 +725,8 @@ AUTO_EDGES = [
     (2, 33, 4, 128),
     (2, 64, 4, 128),
     (2, 65, 4, 128),
+    (2, 140, 4, 128),
+    (2, 141, 4, 128),
     (2, 196, 4, 128),
     (2, 197, 4, 128),
     (3, 17, 4, 512),
