@@ -785,14 +785,8 @@ cudaError_t forward_with(
     unsigned* arrivals,
     const DeviceLimits& limits,
     cudaStream_t stream) {
-  return run_steps<fused_forward_of<T, P>(), &step_forward_kernel<T, P>>(
-      a,
-      false,
-      grid_of<P>(a.batch, a.state),
-      P::threads,
-      arrivals,
-      limits,
-      stream);
+  return run_steps<fused_forward_of<T, P>(), &step_forward_kernel<T, P>, P>(
+      a, false, arrivals, limits, stream);
 }
 
 template <typename T, typename P>
@@ -802,15 +796,8 @@ cudaError_t backward_with(
     unsigned* arrivals,
     const DeviceLimits& limits,
     cudaStream_t stream) {
-  return run_steps<fused_backward_of<T, P>(), &step_backward_kernel<T, P>>(
-      a,
-      true,
-      grid_of<P>(a.batch, a.state),
-      P::threads,
-      arrivals,
-      limits,
-      stream,
-      dc);
+  return run_steps<fused_backward_of<T, P>(), &step_backward_kernel<T, P>, P>(
+      a, true, arrivals, limits, stream, dc);
 }
 
 // Every step of a direction in one cooperative launch of Kernel, W_h held

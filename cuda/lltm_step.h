@@ -196,6 +196,21 @@ inline bool counts_fit(int64_t steps, dim3 grid) {
   return steps * grid.y <= int64_t(UINT32_MAX);
 }
 
+// The grid of a tile P (P::BM rows by P::BN state columns per block), and
+// whether it has a block for every multiprocessor.
+template <typename P>
+dim3 grid_of(int64_t batch, int64_t state) {
+  return dim3(
+      static_cast<unsigned int>((batch + P::BM - 1) / P::BM),
+      static_cast<unsigned int>((state + P::BN - 1) / P::BN));
+}
+
+template <typename P>
+bool fills(int64_t batch, int64_t state, int64_t sms) {
+  const dim3 g = grid_of<P>(batch, state);
+  return int64_t(g.x) * g.y >= sms;
+}
+
 // Whether a grid of `blocks` blocks of Kernel (of `threads` threads) can be
 // resident at once on this device, for a cooperative launch. The occupancy
 // is asked once per kernel and device: kernels of the same tile differ in
@@ -221,20 +236,20 @@ bool resident(int threads, int64_t blocks, const DeviceLimits& limits) {
   return int64_t(known - 1) * limits.multiprocessors >= blocks;
 }
 
-// Every step of a direction (the backward's when `backward`), on `grid`:
-// Fused(a, extra..., arrivals) in one cooperative launch where the grid can
-// be resident at once (and Fused is not nullptr, and there are counters),
-// else Step(step_of(a, t), extra...) once per step.
-template <auto Fused, auto Step, typename Args, typename... Extra>
+// Every step of a direction (the backward's when `backward`), on tile P's
+// grid: Fused(a, extra..., arrivals) in one cooperative launch where the
+// grid can be resident at once (and Fused is not nullptr, and there are
+// counters), else Step(step_of(a, t), extra...) once per step.
+template <auto Fused, auto Step, typename P, typename Args, typename... Extra>
 cudaError_t run_steps(
     const Args& a,
     bool backward,
-    dim3 grid,
-    int threads,
     unsigned* arrivals,
     const DeviceLimits& limits,
     cudaStream_t stream,
     Extra... extra) {
+  const dim3 grid = grid_of<P>(a.batch, a.state);
+  constexpr int threads = P::threads;
   if constexpr (!std::is_same_v<decltype(Fused), std::nullptr_t>) {
     if (a.steps > 1 && arrivals != nullptr && counts_fit(a.steps, grid) &&
         resident<Fused>(threads, int64_t(grid.x) * grid.y, limits)) {
@@ -487,21 +502,6 @@ __device__ __forceinline__ void step_backward_epilogue(
     acc_t<T> sum) {
   finish_backward_epilogue(
       a, dc, b, j, load_backward_epilogue(a, dc, b, j), sum);
-}
-
-// The grid of a tile P (P::BM rows by P::BN state columns per block), and
-// whether it has a block for every multiprocessor.
-template <typename P>
-dim3 grid_of(int64_t batch, int64_t state) {
-  return dim3(
-      static_cast<unsigned int>((batch + P::BM - 1) / P::BM),
-      static_cast<unsigned int>((state + P::BN - 1) / P::BN));
-}
-
-template <typename P>
-bool fills(int64_t batch, int64_t state, int64_t sms) {
-  const dim3 g = grid_of<P>(batch, state);
-  return int64_t(g.x) * g.y >= sms;
 }
 
 // Whether the steps of T run on this device's tensor cores

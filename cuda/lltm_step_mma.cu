@@ -473,14 +473,8 @@ cudaError_t forward_with(
   static_assert(P::BM >= kArrivalRows);
   return run_steps<
       &fused_forward_mma_kernel<T, P, V>,
-      &step_forward_mma_kernel<T, P, V>>(
-      a,
-      false,
-      grid_of<P>(a.batch, a.state),
-      P::threads,
-      arrivals,
-      limits,
-      stream);
+      &step_forward_mma_kernel<T, P, V>,
+      P>(a, false, arrivals, limits, stream);
 }
 
 template <typename T, typename P, int V>
@@ -493,15 +487,8 @@ cudaError_t backward_with(
   static_assert(P::BM >= kArrivalRows);
   return run_steps<
       &fused_backward_mma_kernel<T, P, V>,
-      &step_backward_mma_kernel<T, P, V>>(
-      a,
-      true,
-      grid_of<P>(a.batch, a.state),
-      P::threads,
-      arrivals,
-      limits,
-      stream,
-      dc);
+      &step_backward_mma_kernel<T, P, V>,
+      P>(a, true, arrivals, limits, stream, dc);
 }
 
 // Whether a launch takes tile P over the next smaller tile Q: where P fills
