@@ -547,52 +547,52 @@ __global__ void __launch_bounds__(P::threads, P::resident)
   }
   const Range ks = k_range<P>(S, grp);
   ForwardEpilogueInputs<float> in[TM][TN];
-  clear_arrivals(arrivals);
-  for (int64_t t = 0; t < a.steps; ++t) {
-    const StepForwardArgs<float> s = step_of(a, t);
-    if (grp == 0) { // the epilogue's inputs, while other blocks finish t - 1
-      each_item<P>(b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
-        in[r][c] = load_forward_epilogue(s, b, j);
-      });
-    }
-    if (t > 0) {
-      wait_for_step(arrivals, t);
-    }
-    fetch_whole_rows<BM>(rows_s, s.h, B, S, b0);
-    float acc[3 * TM * TN] = {};
+  every_step(
+      a,
+      false,
+      arrivals,
+      [&](const StepForwardArgs<float>& s) {
+        if (grp == 0) { // the epilogue's inputs, while other blocks finish
+          each_item<P>(
+              b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
+                in[r][c] = load_forward_epilogue(s, b, j);
+              });
+        }
+      },
+      [&](const StepForwardArgs<float>& s) {
+        fetch_whole_rows<BM>(rows_s, s.h, B, S, b0);
+        float acc[3 * TM * TN] = {};
 #pragma unroll 2
-    for (int k = ks.begin; k < ks.end; k += 4) {
-      float4 hv[TM];
-      row_quads<P>(hv, rows_s, ld, ty, k);
+        for (int k = ks.begin; k < ks.end; k += 4) {
+          float4 hv[TM];
+          row_quads<P>(hv, rows_s, ld, ty, k);
 #pragma unroll
-      for (int g = 0; g < 3; ++g) {
+          for (int g = 0; g < 3; ++g) {
 #pragma unroll
-        for (int c = 0; c < TN; ++c) {
-          const float4 wv = quad_at(w_s + (g * BN + tx + c * NX) * ld + k);
+            for (int c = 0; c < TN; ++c) {
+              const float4 wv = quad_at(w_s + (g * BN + tx + c * NX) * ld + k);
 #pragma unroll
-          for (int r = 0; r < TM; ++r) {
-            float& sum = acc[(g * TM + r) * TN + c];
-            sum = dot4(sum, hv[r], wv);
+              for (int r = 0; r < TM; ++r) {
+                float& sum = acc[(g * TM + r) * TN + c];
+                sum = dot4(sum, hv[r], wv);
+              }
+            }
           }
         }
-      }
-    }
-    if (reduce_groups<float, P>(acc, partials)) {
-      each_item<P>(b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
-        finish_forward_epilogue(
-            s,
-            b,
-            j,
-            in[r][c],
-            acc[(0 * TM + r) * TN + c],
-            acc[(1 * TM + r) * TN + c],
-            acc[(2 * TM + r) * TN + c]);
+        if (reduce_groups<float, P>(acc, partials)) {
+          each_item<P>(
+              b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
+                finish_forward_epilogue(
+                    s,
+                    b,
+                    j,
+                    in[r][c],
+                    acc[(0 * TM + r) * TN + c],
+                    acc[(1 * TM + r) * TN + c],
+                    acc[(2 * TM + r) * TN + c]);
+              });
+        }
       });
-    }
-    if (t + 1 < a.steps) {
-      arrive(arrivals + blockIdx.x);
-    }
-  }
 #endif
 }
 
@@ -628,44 +628,45 @@ __global__ void __launch_bounds__(P::threads, P::resident) held_backward_kernel(
   }
   const Range ks = k_range<P>(K, grp);
   BackwardEpilogueInputs<float> in[TM][TN];
-  clear_arrivals(arrivals);
-  for (int64_t i = 0; i < a.steps; ++i) {
-    const StepBackwardArgs<float> s = step_of(a, a.steps - 1 - i);
-    if (grp == 0) { // as in the forward
-      each_item<P>(b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
-        in[r][c] = load_backward_epilogue(s, dc, b, j);
-      });
-    }
-    if (i > 0) {
-      wait_for_step(arrivals, i);
-    }
-    float acc[TM * TN] = {};
-    if (s.dz_next != nullptr) {
-      fetch_whole_rows<BM>(rows_s, s.dz_next, B, K, b0);
+  every_step(
+      a,
+      true,
+      arrivals,
+      [&](const StepBackwardArgs<float>& s) {
+        if (grp == 0) { // as in the forward
+          each_item<P>(
+              b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
+                in[r][c] = load_backward_epilogue(s, dc, b, j);
+              });
+        }
+      },
+      [&](const StepBackwardArgs<float>& s) {
+        float acc[TM * TN] = {};
+        if (s.dz_next != nullptr) {
+          fetch_whole_rows<BM>(rows_s, s.dz_next, B, K, b0);
 #pragma unroll 2
-      for (int k = ks.begin; k < ks.end; k += 4) {
-        float4 dv[TM];
-        row_quads<P>(dv, rows_s, ld, ty, k);
+          for (int k = ks.begin; k < ks.end; k += 4) {
+            float4 dv[TM];
+            row_quads<P>(dv, rows_s, ld, ty, k);
 #pragma unroll
-        for (int c = 0; c < TN; ++c) {
-          const float4 wv = quad_at(w_s + (tx + c * NX) * ld + k);
+            for (int c = 0; c < TN; ++c) {
+              const float4 wv = quad_at(w_s + (tx + c * NX) * ld + k);
 #pragma unroll
-          for (int r = 0; r < TM; ++r) {
-            float& sum = acc[r * TN + c];
-            sum = dot4(sum, dv[r], wv);
+              for (int r = 0; r < TM; ++r) {
+                float& sum = acc[r * TN + c];
+                sum = dot4(sum, dv[r], wv);
+              }
+            }
           }
         }
-      }
-    }
-    if (reduce_groups<float, P>(acc, partials)) {
-      each_item<P>(b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
-        finish_backward_epilogue(s, dc, b, j, in[r][c], acc[r * TN + c]);
+        if (reduce_groups<float, P>(acc, partials)) {
+          each_item<P>(
+              b0, j0, tx, ty, B, S, [&](int r, int c, int64_t b, int j) {
+                finish_backward_epilogue(
+                    s, dc, b, j, in[r][c], acc[r * TN + c]);
+              });
+        }
       });
-    }
-    if (i + 1 < a.steps) {
-      arrive(arrivals + blockIdx.x);
-    }
-  }
 #endif
 }
 
