@@ -370,35 +370,62 @@ __global__ void __launch_bounds__(P::threads)
   });
 }
 
-// Every step in one cooperative launch (run_steps, lltm_step.h), the
-// epilogue's inputs loaded before the barrier where P prefetches.
-template <typename T, typename P, int V>
-__global__ void __launch_bounds__(P::threads, P::resident)
-    fused_forward_mma_kernel(const FusedForwardArgs<T> a, unsigned* arrivals) {
+// Every step of a direction in a cooperative launch (every_step), tile(step,
+// inputs) each: inputs(n, b, j) gives the epilogue's inputs of item n,
+// load(step, b, j) read before the barrier where P prefetches (into
+// registers, of type Inputs), else when the tile asks for them.
+template <
+    typename P,
+    typename Inputs,
+    typename Args,
+    typename Load,
+    typename Tile>
+__device__ __forceinline__ void prefetching_steps(
+    const Args& a,
+    bool backward,
+    unsigned* arrivals,
+    Load&& load,
+    Tile&& tile) {
   const int64_t b0 = int64_t(blockIdx.x) * P::BM;
   const int j0 = static_cast<int>(blockIdx.y) * P::BN;
   const int S = static_cast<int>(a.state);
-  ForwardEpilogueInputs<T> in[prefetches<P> ? epilogue_items<P> : 1];
+  Inputs in[prefetches<P> ? epilogue_items<P> : 1];
   every_step(
       a,
-      false,
+      backward,
       arrivals,
-      [&](const StepForwardArgs<T>& step) {
+      [&](const auto& step) {
         if constexpr (prefetches<P>) {
           each_epilogue_item<P>(
               b0, j0, a.batch, S, [&](int n, int64_t b, int j) {
-                in[n] = load_forward_epilogue(step, b, j);
+                in[n] = load(step, b, j);
               });
         }
       },
-      [&](const StepForwardArgs<T>& step) {
-        forward_tile<T, P, V>(step, [&](int n, int64_t b, int j) {
+      [&](const auto& step) {
+        tile(step, [&](int n, int64_t b, int j) {
           if constexpr (prefetches<P>) {
             return in[n];
           } else {
-            return load_forward_epilogue(step, b, j);
+            return load(step, b, j);
           }
         });
+      });
+}
+
+// Every step in one cooperative launch (run_steps, lltm_step.h).
+template <typename T, typename P, int V>
+__global__ void __launch_bounds__(P::threads, P::resident)
+    fused_forward_mma_kernel(const FusedForwardArgs<T> a, unsigned* arrivals) {
+  prefetching_steps<P, ForwardEpilogueInputs<T>>(
+      a,
+      false,
+      arrivals,
+      [](const StepForwardArgs<T>& step, int64_t b, int j) {
+        return load_forward_epilogue(step, b, j);
+      },
+      [](const StepForwardArgs<T>& step, auto&& inputs) {
+        forward_tile<T, P, V>(step, inputs);
       });
 }
 
@@ -408,30 +435,15 @@ __global__ void __launch_bounds__(P::threads, P::resident)
         const FusedBackwardArgs<T> a,
         float* dc,
         unsigned* arrivals) {
-  const int64_t b0 = int64_t(blockIdx.x) * P::BM;
-  const int j0 = static_cast<int>(blockIdx.y) * P::BN;
-  const int S = static_cast<int>(a.state);
-  BackwardEpilogueInputs<T> in[prefetches<P> ? epilogue_items<P> : 1];
-  every_step(
+  prefetching_steps<P, BackwardEpilogueInputs<T>>(
       a,
       true,
       arrivals,
-      [&](const StepBackwardArgs<T>& step) {
-        if constexpr (prefetches<P>) {
-          each_epilogue_item<P>(
-              b0, j0, a.batch, S, [&](int n, int64_t b, int j) {
-                in[n] = load_backward_epilogue(step, dc, b, j);
-              });
-        }
+      [dc](const StepBackwardArgs<T>& step, int64_t b, int j) {
+        return load_backward_epilogue(step, dc, b, j);
       },
-      [&](const StepBackwardArgs<T>& step) {
-        backward_tile<T, P, V>(step, dc, [&](int n, int64_t b, int j) {
-          if constexpr (prefetches<P>) {
-            return in[n];
-          } else {
-            return load_backward_epilogue(step, dc, b, j);
-          }
-        });
+      [dc](const StepBackwardArgs<T>& step, auto&& inputs) {
+        backward_tile<T, P, V>(step, dc, inputs);
       });
 }
 
