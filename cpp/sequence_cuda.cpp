@@ -493,7 +493,7 @@ bool cluster_size(
     bool tensor_cores,
     bool backward) {
   if (tensor_cores) {
-    return batch * ((state + 15) / 16) <= 512 ||
+    return cuda::cluster_mma_fragments(batch, state) <= cuda::kClusterMmaMost ||
         cuda::sequence_cluster_small_tiles<K>(batch, state);
   }
   const int64_t items = cuda::sequence_cluster_items<K>(batch, state, backward);

@@ -1006,9 +1006,9 @@ cudaError_t launch(
 // Whether the cluster runs on tensor cores (lltm_cluster_mma.cu): in
 // float16 and bfloat16 where those kernels fit, but on CUDA cores where
 // these fit at batch 1 (their exchange, from registers and with no block
-// barrier, is the faster one there), and from 257 fragments of batch x
-// state / 16 a block where the cluster on CUDA cores, which takes the batch
-// in tiles of rows, has small tiles in both directions: a tensor-core
+// barrier, is the faster one there), and past kClusterMmaFirst fragments
+// (cluster_mma_fragments) where the cluster on CUDA cores, which takes the
+// batch in tiles of rows, has small tiles in both directions: a tensor-core
 // cluster takes the whole batch, and its step grows with it. At T = 512 on
 // the H200, float16, µs a step: 512,48,32,128 4.00 against 4.72,
 // 512,64,32,128 4.39 against 5.69, 512,32,128,256 5.93 against 6.14, but
@@ -1038,7 +1038,7 @@ bool on_tensor_cores(
       }
       return !p.fits;
     }
-    return batch * ((state + 15) / 16) <= 256 ||
+    return cluster_mma_fragments(batch, state) <= kClusterMmaFirst ||
         !sequence_cluster_small_tiles<T>(batch, state);
   } else {
     return false;

@@ -106,10 +106,22 @@ int64_t sequence_cluster_items(int64_t batch, int64_t state, bool backward);
 
 // Whether the cluster on CUDA cores takes at most 160 items a block in both
 // directions: where the cluster in float16 and bfloat16 leaves tensor cores
-// for CUDA cores (from 257 fragments of batch x state / 16 a block), and how
-// far auto takes it there.
+// for CUDA cores (past kClusterMmaFirst fragments), and how far auto takes it
+// there.
 template <typename T>
 bool sequence_cluster_small_tiles(int64_t batch, int64_t state);
+
+// The work of a block of the tensor-core cluster, in 16 x 16 fragments of
+// batch x state / 16 (a block's columns when the cluster has 16 blocks).
+// The tensor-core cluster is the cluster of float16 and bfloat16 up to
+// kClusterMmaFirst fragments (on_tensor_cores in lltm_sequence.cu), and auto
+// takes it up to kClusterMmaMost (cluster_size in cpp/sequence_cuda.cpp);
+// both apart from small tiles. docs/performance.md has the measurements.
+constexpr int64_t kClusterMmaFirst = 256;
+constexpr int64_t kClusterMmaMost = 512;
+constexpr int64_t cluster_mma_fragments(int64_t batch, int64_t state) {
+  return batch * ((state + 15) / 16);
+}
 
 // Runs every step of the forward in one launch. Nothing is launched for
 // zero steps, rows or columns; cudaErrorNotSupported when
