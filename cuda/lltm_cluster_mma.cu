@@ -50,6 +50,13 @@ namespace {
 
 constexpr int kMmaThreads = 512;
 constexpr int kWarps = kMmaThreads / 32; // one 16 x 8 tile each, at most
+// The warps that share tiles' k (P of them a tile) stop at half the block:
+// more contend for shared memory's bandwidth, which bounds the product, and
+// add partial sums for the cell's math to read. At T = 512 on the H200,
+// float16, µs a step: 512,16,256,512 (4 tiles) 7.79 at P = 4, 7.28 at 2,
+// 7.75 at 1; 512,16,128,256 (2 tiles) 4.66 at 8, 4.38 at 4, 4.48 at 2;
+// 512,16,32,128 (1 tile, P at most 4 there) 3.81 at 4, 3.89 at 2.
+constexpr int kSplitWarps = kWarps / 2;
 
 // How the cluster cuts the problem. Lengths are in elements of T.
 struct MmaTiling {
@@ -649,7 +656,7 @@ int64_t round_up(int64_t n, int64_t m) {
 // block, a power of two from 8 that leaves at most as many blocks as a
 // cluster holds, and as many blocks (a power of two) as the state needs; a
 // warp for each 16 x 8 tile of a block's product, P warps each where
-// there are warps to spare; at most two epilogue items per thread; and the
+// there are warps to spare (up to kSplitWarps in all); at most two epilogue items per thread; and the
 // shared memory of W_h's slice, the two tiles, the two stages and the
 // partial sums.
 template <typename T, bool Backward>
@@ -684,7 +691,7 @@ cudaError_t plan(int64_t batch, int64_t state, MmaPlan* out) {
   }
   const int64_t kp = blocks * columns;
   int64_t splits = 1;
-  while (units * splits * 2 <= kWarps && splits * 2 <= kp / 32) {
+  while (units * splits * 2 <= kSplitWarps && splits * 2 <= kp / 32) {
     splits *= 2;
   }
   const int64_t segments = Backward ? 3 : 1;
