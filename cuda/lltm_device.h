@@ -150,16 +150,15 @@ __device__ __forceinline__ void put(T* p, acc_t<T> v) {
   }
 }
 
-// The zero of a 16-bit T (float16 or bfloat16), from its bits.
+// The zero of T; of a 16-bit T (float16 or bfloat16), from its bits.
 template <typename T>
 __device__ __forceinline__ T zero_bits() {
-  static_assert(
-      std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>,
-      "a 16-bit type");
   if constexpr (std::is_same_v<T, __half>) {
     return __ushort_as_half(0);
-  } else {
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     return __ushort_as_bfloat16(0);
+  } else {
+    return T(0);
   }
 }
 
@@ -180,6 +179,17 @@ __device__ __forceinline__ acc_t<T> load_element(
     int64_t row,
     int64_t col) {
   return m.data == nullptr ? acc_t<T>(0) : load_present(m, row, col);
+}
+
+// The same element as T stores it (zero where m is absent), for kernels
+// that load ahead and widen where they use it: a widened load is waited
+// for where it is loaded, one kept narrow at its use, so that its latency
+// can pass behind a barrier or a product in between.
+template <typename T>
+__device__ __forceinline__ T
+stored_element(const Strided<T>& m, int64_t row, int64_t col) {
+  return m.data == nullptr ? zero_bits<T>()
+                           : m.data[row * m.row_stride + col * m.col_stride];
 }
 
 // The cell at (b, s) once a kernel has summed Z = X W^T there: adds the

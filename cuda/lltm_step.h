@@ -364,11 +364,12 @@ __device__ __forceinline__ void over_chunks(
 
 // What the forward's epilogue at row b, state column j reads besides the
 // sums: P_t and the bias of the three gates, and c_{t-1}. No other block
-// writes them, so the held kernels (lltm_step.cu) load them before the grid
-// barrier.
+// writes them, so the cooperative kernels load them before the barrier
+// between steps, and keep them as stored until the epilogue widens them
+// (stored_element in lltm_device.h says why).
 template <typename T>
 struct ForwardEpilogueInputs {
-  acc_t<T> p[3], bias[3], c;
+  T p[3], bias[3], c;
 };
 
 template <typename T>
@@ -381,10 +382,10 @@ __device__ __forceinline__ ForwardEpilogueInputs<T> load_forward_epilogue(
   ForwardEpilogueInputs<T> in;
 #pragma unroll
   for (int g = 0; g < 3; ++g) {
-    in.p[g] = widen(z[g * S + j]);
-    in.bias[g] = widen(a.bias[g * S + j]);
+    in.p[g] = z[g * S + j];
+    in.bias[g] = a.bias[g * S + j];
   }
-  in.c = widen(a.c[b * S + j]);
+  in.c = a.c[b * S + j];
   return in;
 }
 
@@ -403,11 +404,11 @@ __device__ __forceinline__ void finish_forward_epilogue(
   using A = acc_t<T>;
   const int S = static_cast<int>(a.state);
   T* z = a.z + b * 3 * S;
-  const A zi = sum_i + in.p[0] + in.bias[0];
-  const A zo = sum_o + in.p[1] + in.bias[1];
-  const A zc = sum_c + in.p[2] + in.bias[2];
+  const A zi = sum_i + widen(in.p[0]) + widen(in.bias[0]);
+  const A zo = sum_o + widen(in.p[1]) + widen(in.bias[1]);
+  const A zc = sum_c + widen(in.p[2]) + widen(in.bias[2]);
   const int64_t at = b * S + j;
-  const CellForward<A> f = cell_forward(zi, zo, zc, in.c);
+  const CellForward<A> f = cell_forward(zi, zo, zc, widen(in.c));
   put(a.c_out + at, f.cell);
   put(a.h_out + at, f.h);
   if (a.save) {
@@ -436,11 +437,13 @@ __device__ __forceinline__ void step_forward_epilogue(
 }
 
 // What the backward's epilogue at row b, state column j reads besides the
-// sum: grad_h (and grad_h_n at t = T - 1), the running cell gradient, the
-// activations and tanh(c_t). None of it comes from another block.
+// sum: grad_h (and grad_h_n at t = T - 1), the activations and c_t, as
+// stored (as the forward's), and the running cell gradient. None of it
+// comes from another block.
 template <typename T>
 struct BackwardEpilogueInputs {
-  acc_t<T> grad_h, grad_h_n, gc, i, o, g, tanh_c;
+  T grad_h, grad_h_n, i, o, g, cell;
+  acc_t<T> gc;
 };
 
 template <typename T>
@@ -449,19 +452,18 @@ __device__ __forceinline__ BackwardEpilogueInputs<T> load_backward_epilogue(
     const acc_t<T>* dc,
     int64_t b,
     int j) {
-  using A = acc_t<T>;
   const int S = static_cast<int>(a.state);
   const bool recurrent = a.dz_next != nullptr;
   const int64_t at = b * S + j;
   const T* act = a.gates + b * 3 * S;
   BackwardEpilogueInputs<T> in;
-  in.grad_h = load_element(a.grad_h, b, j);
-  in.grad_h_n = recurrent ? A(0) : load_element(a.grad_h_n, b, j);
+  in.grad_h = stored_element(a.grad_h, b, j);
+  in.grad_h_n = recurrent ? zero_bits<T>() : stored_element(a.grad_h_n, b, j);
   in.gc = recurrent ? dc[at] : load_element(a.grad_c_n, b, j);
-  in.i = widen(act[j]);
-  in.o = widen(act[S + j]);
-  in.g = widen(act[2 * S + j]);
-  in.tanh_c = tanh_(widen(a.cell[at]));
+  in.i = act[j];
+  in.o = act[S + j];
+  in.g = act[2 * S + j];
+  in.cell = a.cell[at];
   return in;
 }
 
@@ -480,9 +482,9 @@ __device__ __forceinline__ void finish_backward_epilogue(
   const int S = static_cast<int>(a.state);
   const bool recurrent = a.dz_next != nullptr;
   const int64_t at = b * S + j;
-  const A gh = in.grad_h + (recurrent ? sum : in.grad_h_n);
-  const CellBackward<A> d =
-      cell_backward(in.i, in.o, in.g, in.tanh_c, gh, in.gc);
+  const A gh = widen(in.grad_h) + (recurrent ? sum : widen(in.grad_h_n));
+  const CellBackward<A> d = cell_backward(
+      widen(in.i), widen(in.o), widen(in.g), tanh_(widen(in.cell)), gh, in.gc);
   T* dz = a.dz + b * 3 * S;
   put(dz + j, d.dz_i);
   put(dz + S + j, d.dz_o);
