@@ -201,6 +201,15 @@ __device__ __forceinline__ acc_t<T> load_element(
                    col * m.col_stride]);
 }
 
+// stored_element (lltm_device.h) for a [steps, batch, state] operand.
+template <typename T>
+__device__ __forceinline__ T
+stored_element(const Strided3<T>& m, int64_t step, int64_t row, int64_t col) {
+  return m.data == nullptr
+      ? zero_bits<T>()
+      : m.data[step * m.step_stride + row * m.row_stride + col * m.col_stride];
+}
+
 // --- the launch --------------------------------------------------------------
 
 // A launch of `tiles` clusters of `blocks` blocks of `threads` threads: grid

@@ -299,15 +299,17 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_forward_kernel(
   const WarpTile wt = warp_tile(p);
   const bool save = a.cells != nullptr;
   Item its[kRounds];
-  float c[kRounds], pz[kRounds][3], bias[kRounds][3];
-  // P_t of the items, from the gates' buffer.
+  float c[kRounds], bias[kRounds][3];
+  // P_t of the items, from the gates' buffer, loaded a step ahead and kept
+  // as stored (stored_element).
+  T pz[kRounds][3];
   const auto inputs = [&](int64_t t) {
 #pragma unroll
     for (int q = 0; q < kRounds; ++q) {
       const T* z = a.gates + (t * B + its[q].r) * 3 * S + j0 + its[q].jl;
 #pragma unroll
       for (int g = 0; g < 3; ++g) {
-        pz[q][g] = its[q].valid ? widen(z[g * S]) : 0.0f;
+        pz[q][g] = its[q].valid ? z[g * S] : zero_bits<T>();
       }
     }
   };
@@ -372,9 +374,9 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_forward_kernel(
         }
       }
       f[q] = cell_forward(
-          z[0] + pz[q][0] + bias[q][0],
-          z[1] + pz[q][1] + bias[q][1],
-          z[2] + pz[q][2] + bias[q][2],
+          z[0] + widen(pz[q][0]) + bias[q][0],
+          z[1] + widen(pz[q][1]) + bias[q][1],
+          z[2] + widen(pz[q][2]) + bias[q][2],
           c[q]);
       T h = zero_bits<T>();
       if (its[q].valid) {
@@ -484,25 +486,25 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_backward_kernel(
   fence_for_bulk(); // before the bulk copies write over them
   const WarpTile wt = warp_tile(p);
   Item its[kRounds];
-  // Step t's loads that do not wait for dZ_{t+1}; the tanh of c_t waits for
-  // its use, so that the load hides behind the exchange.
-  float gh[kRounds], i[kRounds], o[kRounds], g[kRounds], cell[kRounds];
-  float dc[kRounds];
+  // Step t's loads that do not wait for dZ_{t+1}, a step ahead and kept as
+  // stored (stored_element), so that they hide behind the exchange.
+  T gh[kRounds], i[kRounds], o[kRounds], g[kRounds], cell[kRounds];
+  float dc[kRounds], gh_n[kRounds]; // gh_n: grad_h_n, at t = T - 1
   const auto load_step = [&](int64_t t) {
 #pragma unroll
     for (int q = 0; q < kRounds; ++q) {
       if (!its[q].valid) {
-        gh[q] = i[q] = o[q] = g[q] = cell[q] = 0.0f;
+        gh[q] = i[q] = o[q] = g[q] = cell[q] = zero_bits<T>();
         continue;
       }
       const int r = its[q].r;
       const int j = j0 + its[q].jl;
-      gh[q] = load_element(a.grad_output, t, r, j);
+      gh[q] = stored_element(a.grad_output, t, r, j);
       const T* act = a.gates + (t * B + r) * G;
-      i[q] = widen(act[j]);
-      o[q] = widen(act[S + j]);
-      g[q] = widen(act[2 * S + j]);
-      cell[q] = widen(a.cells[(t * B + r) * S + j]);
+      i[q] = act[j];
+      o[q] = act[S + j];
+      g[q] = act[2 * S + j];
+      cell[q] = a.cells[(t * B + r) * S + j];
     }
   };
 #pragma unroll
@@ -512,10 +514,10 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_backward_kernel(
   load_step(a.steps - 1);
 #pragma unroll
   for (int q = 0; q < kRounds; ++q) {
-    dc[q] = 0.0f;
+    dc[q] = gh_n[q] = 0.0f;
     if (its[q].valid) {
       const int j = j0 + its[q].jl;
-      gh[q] += load_element(a.grad_h_n, its[q].r, j);
+      gh_n[q] = load_element(a.grad_h_n, its[q].r, j);
       dc[q] = load_element(a.grad_c_n, its[q].r, j);
     }
   }
@@ -581,7 +583,12 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_backward_kernel(
         continue;
       }
       d[q] = cell_backward(
-          i[q], o[q], g[q], tanh_(cell[q]), gh[q] + sum[q], dc[q]);
+          widen(i[q]),
+          widen(o[q]),
+          widen(g[q]),
+          tanh_(widen(cell[q])),
+          widen(gh[q]) + (recurrent ? sum[q] : gh_n[q]),
+          dc[q]);
       T v[3] = {zero_bits<T>(), zero_bits<T>(), zero_bits<T>()};
       if (its[q].valid) {
         put(&v[0], d[q].dz_i);
@@ -656,9 +663,9 @@ int64_t round_up(int64_t n, int64_t m) {
 // block, a power of two from 8 that leaves at most as many blocks as a
 // cluster holds, and as many blocks (a power of two) as the state needs; a
 // warp for each 16 x 8 tile of a block's product, P warps each where
-// there are warps to spare (up to kSplitWarps in all); at most two epilogue items per thread; and the
-// shared memory of W_h's slice, the two tiles, the two stages and the
-// partial sums.
+// there are warps to spare (up to kSplitWarps in all); at most two epilogue
+// items per thread; and the shared memory of W_h's slice, the two tiles, the
+// two stages and the partial sums.
 template <typename T, bool Backward>
 cudaError_t plan(int64_t batch, int64_t state, MmaPlan* out) {
   *out = MmaPlan{};

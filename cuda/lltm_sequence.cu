@@ -561,16 +561,18 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_forward_kernel(
   }
   const ClusterItem it = cluster_item(p, B, S);
   const bool save = a.cells != nullptr;
-  A bi = 0, bo = 0, bc = 0, c = 0, pi = 0, po = 0, pc = 0;
+  A bi = 0, bo = 0, bc = 0, c = 0;
+  // P_t, loaded a step ahead and kept as stored (stored_element).
+  T pi = zero_bits<T>(), po = zero_bits<T>(), pc = zero_bits<T>();
   if (it.owner) {
     bi = widen(a.bias[it.j]);
     bo = widen(a.bias[S + it.j]);
     bc = widen(a.bias[2 * S + it.j]);
     c = widen(a.c0[it.at]);
     const T* z = a.gates + int64_t(it.b) * 3 * S;
-    pi = widen(z[it.j]);
-    po = widen(z[S + it.j]);
-    pc = widen(z[2 * S + it.j]);
+    pi = z[it.j];
+    po = z[S + it.j];
+    pc = z[2 * S + it.j];
   }
   cluster_sync(); // W_h, h0 and the barriers in, in every block
   const int packs = it.active ? p.padded / Pack<A>::kSize : 0;
@@ -589,8 +591,8 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_forward_kernel(
     zi = sum_lanes(zi, p.lanes);
     zo = sum_lanes(zo, p.lanes);
     zc = sum_lanes(zc, p.lanes);
-    const CellForward<A> f =
-        cell_forward(zi + pi + bi, zo + po + bo, zc + pc + bc, c);
+    const CellForward<A> f = cell_forward(
+        zi + widen(pi) + bi, zo + widen(po) + bo, zc + widen(pc) + bc, c);
     A* next = h_s + ((t + 1) & 1) * buffer;
     uint64_t* bar = bars + ((t + 1) & 1);
     if (!last) { // h_t to every block, the group's lanes a block each
@@ -617,9 +619,9 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_forward_kernel(
       } else {
         c = as_stored<T>(f.cell);
         const T* z_next = z + int64_t(B) * 3 * S;
-        pi = widen(z_next[it.j]);
-        po = widen(z_next[S + it.j]);
-        pc = widen(z_next[2 * S + it.j]);
+        pi = z_next[it.j];
+        po = z_next[S + it.j];
+        pc = z_next[2 * S + it.j];
       }
     }
     if (!last) { // the buffer's (t / 2)-th phase: all of h_t
@@ -654,28 +656,32 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_backward_kernel(
     barrier_init(bars + 1, expected);
   }
   const ClusterItem it = cluster_item(p, B, S);
-  // The loads of step t that do not wait for dZ_{t+1}; the tanh of c_t
-  // waits for its use, so that the load hides behind the exchange.
-  A gh = 0, i = 0, o = 0, g = 0, cell = 0;
+  // The loads of step t that do not wait for dZ_{t+1}, a step ahead and
+  // kept as stored (stored_element), so that they hide behind the exchange.
+  T gh = zero_bits<T>(), i = gh, o = gh, g = gh, cell = gh;
   const auto load_step = [&](int64_t t) {
-    gh = load_element(a.grad_output, t, it.b, it.j);
+    gh = stored_element(a.grad_output, t, it.b, it.j);
     const T* act = a.gates + (t * B + it.b) * G;
-    i = widen(act[it.j]);
-    o = widen(act[S + it.j]);
-    g = widen(act[2 * S + it.j]);
-    cell = widen(a.cells[t * B * S + it.at]);
+    i = act[it.j];
+    o = act[S + it.j];
+    g = act[2 * S + it.j];
+    cell = a.cells[t * B * S + it.at];
   };
-  A dc = 0;
+  A dc = 0, gh_n = 0; // gh_n: grad_h_n, at t = T - 1
   if (it.owner) {
     load_step(a.steps - 1);
-    gh += load_element(a.grad_h_n, it.b, it.j);
+    gh_n = load_element(a.grad_h_n, it.b, it.j);
     dc = load_element(a.grad_c_n, it.b, it.j);
+    if constexpr (std::is_same_v<T, A>) { // nothing to widen: no gh_n held
+      gh += gh_n;
+      gh_n = 0;
+    }
   }
   cluster_sync(); // as in the forward
   const int packs = it.active ? p.padded / Pack<A>::kSize : 0;
   const auto [w_i, w_o, w_c] = gate_rows(w_s, p, it.jl);
   for (int64_t t = a.steps - 1; t >= end; --t) {
-    A recurrent = 0; // dZ_{t+1} W_h at (r, j)
+    A recurrent = gh_n; // dZ_{t+1} W_h at (r, j); grad_h_n at T - 1
     if (t != a.steps - 1) {
       const A* row = dz_s + ((t + 1) & 1) * buffer + it.r * p.ld;
       const auto* dz_i = reinterpret_cast<const Pack<A>*>(row);
@@ -695,8 +701,13 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_backward_kernel(
       }
       break;
     }
-    const CellBackward<A> d =
-        cell_backward(i, o, g, tanh_(cell), gh + recurrent, dc);
+    const CellBackward<A> d = cell_backward(
+        widen(i),
+        widen(o),
+        widen(g),
+        tanh_(widen(cell)),
+        widen(gh) + recurrent,
+        dc);
     A* next = dz_s + (t & 1) * buffer;
     uint64_t* bar = bars + (t & 1);
     if (t > end) { // dZ_t to every block, as in the forward
