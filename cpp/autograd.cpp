@@ -33,6 +33,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace lltm {
 namespace {
@@ -157,13 +158,14 @@ OutputMask needs_input_grad(AutogradContext* ctx) {
   return mask;
 }
 
-// bias is [3 * state_size] or [1, 3 * state_size], and its gradient the same.
+// bias is [3 * state_size] or [1, 3 * state_size] (a sequence's may have a
+// direction dimension in front), and its gradient the same.
 void save_bias_shape(AutogradContext* ctx, const at::Tensor& bias) {
-  ctx->saved_data["bias_is_2d"] = bias.dim() == 2;
+  ctx->saved_data["bias_shape"] = bias.sizes().vec();
 }
 
-bool bias_is_2d(AutogradContext* ctx) {
-  return ctx->saved_data["bias_is_2d"].toBool();
+std::vector<int64_t> bias_shape(AutogradContext* ctx) {
+  return ctx->saved_data["bias_shape"].toIntVector();
 }
 
 // What a node returns for its inputs from its masked backward op's
@@ -175,8 +177,8 @@ variable_list input_grads(
     CellBackwardResult grads,
     const None&... none) {
   auto& d_bias = std::get<2>(grads);
-  if (d_bias && bias_is_2d(ctx)) {
-    d_bias = d_bias->unsqueeze(0);
+  if (d_bias) {
+    d_bias = d_bias->view(bias_shape(ctx));
   }
   return std::apply(
       [&](const auto&... grad) {
@@ -264,15 +266,14 @@ class ForwardFunction : public torch::autograd::Function<ForwardFunction> {
     auto [d_old_h, d_input, d_weights, d_bias, d_old_cell] =
         ops::Backward::call(
             grads[0], grads[1], s[0], s[1], s[2], s[3], s[4], s[5], s[6]);
-    if (!bias_is_2d(ctx)) {
-      d_bias = d_bias.squeeze(0);
-    }
+    d_bias = d_bias.view(bias_shape(ctx));
     return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
   }
 };
 
 // lltm::sequence and lltm::sequence_forward. Outputs: output, h_n, c_n, and
-// the non-differentiable cells and gates.
+// the non-differentiable cells and gates. batch_sizes (a packed input's)
+// is saved too; it gets no gradient.
 class SequenceFunction : public torch::autograd::Function<SequenceFunction> {
  public:
   static variable_list forward(
@@ -281,13 +282,16 @@ class SequenceFunction : public torch::autograd::Function<SequenceFunction> {
       const at::Tensor& weights,
       const at::Tensor& bias,
       const at::Tensor& h0,
-      const at::Tensor& c0) {
+      const at::Tensor& c0,
+      const std::optional<at::Tensor>& batch_sizes) {
     // An output that does not reach the loss gets no gradient (undefined),
     // which the backward reads as zeros without making them.
     ctx->set_materialize_grads(false);
     auto [output, h_n, c_n, cells, gates] =
-        call_below_autograd<ops::SequenceForward>(input, weights, bias, h0, c0);
-    ctx->save_for_backward({input, weights, h0, output, cells, gates});
+        call_below_autograd<ops::SequenceForward>(
+            input, weights, bias, h0, c0, batch_sizes);
+    ctx->save_for_backward(
+        {input, weights, h0, output, cells, gates, value(batch_sizes)});
     save_bias_shape(ctx, bias);
     ctx->mark_non_differentiable({cells, gates});
     return {output, h_n, c_n, cells, gates};
@@ -307,7 +311,9 @@ class SequenceFunction : public torch::autograd::Function<SequenceFunction> {
             s[3],
             s[4],
             s[5],
-            needs_input_grad(ctx)));
+            optional(s[6]),
+            needs_input_grad(ctx)),
+        /*batch_sizes=*/at::Tensor());
   }
 };
 

@@ -12,6 +12,7 @@
 #include <ATen/ops/addmm_cpu_dispatch.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm_cpu_dispatch.h>
+#include <ATen/ThreadLocalState.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -64,7 +65,7 @@ void forward_loop(
   const int64_t S = sizes.state_size;
   const int64_t BS = B * S;
   // W_h^T, packed once: [S, 3S].
-  const at::Tensor w_h_t = weights_h(in.weights, S).t().contiguous();
+  const at::Tensor w_h_t = packed_w_h_t(in.weights, S, in.packed);
   const at::Tensor bias_c = in.bias.contiguous();
   const at::Tensor c0_c = in.c0.contiguous();
   const bool save = buffers.cells.defined();
@@ -120,7 +121,7 @@ at::Tensor backward_loop(
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   const int64_t BS = B * S;
-  const at::Tensor w_h = weights_h(in.weights, S).contiguous(); // [3S, S]
+  const at::Tensor w_h = packed_w_h(in.weights, S, in.packed); // [3S, S]
   const auto options = in.gates.options();
   // dc_t, in turns: step t reads dc_t and writes dc_{t-1}; and the
   // recurrent term dZ_{t+1} W_h.
@@ -207,12 +208,69 @@ StateGrads cpu_backward(
 }
 
 // One set of loops for every call.
+const StepLoops& cpu_loops(
+    const Sizes& /*sizes*/,
+    at::ScalarType /*dtype*/,
+    bool /*backward*/,
+    const char* /*op*/) {
+  static constexpr StepLoops kLoops{&cpu_forward, &cpu_backward};
+  return kLoops;
+}
+
+// The two directions on a thread each, where there are threads to spare or
+// a step is too small to share: each direction's steps then run on one
+// thread, with no barrier between threads at every step. A step of more
+// multiply-adds than this (batch x 3 state x state) gains more from all the
+// threads than from running beside the other direction.
+constexpr int64_t kSharedStepMacs = int64_t(1) << 22;
+
+void cpu_for_each_direction(
+    const Sizes& sizes,
+    int64_t directions,
+    c10::function_ref<void(int64_t)> body) {
+  const int64_t S = sizes.state_size;
+  const int64_t threads = at::get_num_threads();
+  const bool apart = directions > 1 && threads > 1 &&
+      !at::in_parallel_region() &&
+      (threads <= directions || sizes.batch * 3 * S * S <= kSharedStepMacs);
+  if (apart) {
+    // The workers take the caller's dispatch state (below autograd, where
+    // the op runs), which at::parallel_for leaves behind.
+    const at::ThreadLocalState state;
+    at::parallel_for(0, directions, 1, [&](int64_t begin, int64_t end) {
+      const at::ThreadLocalStateGuard guard(state);
+      for (int64_t d = begin; d < end; ++d) {
+        body(d);
+      }
+    });
+    return;
+  }
+  for (int64_t d = 0; d < directions; ++d) {
+    body(d);
+  }
+}
+
+// Every segment of a packed batch costs the CPU a few views and no launch.
+int64_t cpu_min_segment_steps(int64_t /*steps*/) {
+  return 1;
+}
+
+at::Tensor cpu_indices(std::vector<int64_t>&& values, c10::Device /*device*/) {
+  at::Tensor out =
+      at::empty({static_cast<int64_t>(values.size())}, at::dtype(at::kLong));
+  std::copy(values.begin(), values.end(), out.mutable_data_ptr<int64_t>());
+  return out;
+}
+
 struct Cpu {
   using Guard = backend::NoGuard;
-  template <typename... Call>
-  static const StepLoops& loops(const Call&... /*call*/) {
-    static constexpr StepLoops kLoops{&cpu_forward, &cpu_backward};
-    return kLoops;
+  static const Engine& engine() {
+    static constexpr Engine kEngine{
+        &cpu_loops,
+        &cpu_for_each_direction,
+        &cpu_min_segment_steps,
+        &cpu_indices};
+    return kEngine;
   }
 };
 

@@ -30,9 +30,11 @@
 #include "lltm_cuda.h"
 
 #include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/BFloat16.h>
@@ -42,6 +44,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -178,7 +181,7 @@ void steps_forward(
   // W_h^T packed once: every step's GEMM reads a dense operand rather than
   // the strided column block of the weights.
   const at::Tensor w_h_t =
-      weights_h(inputs.weights, sizes.state_size).t().contiguous();
+      packed_w_h_t(inputs.weights, sizes.state_size, inputs.packed);
   for (int64_t t = 0; t < T; ++t) {
     at::Tensor z = b.gates.select(0, t);
     z.addmm_(t == 0 ? inputs.h0 : b.output.select(0, t - 1), w_h_t);
@@ -205,7 +208,8 @@ StateGrads steps_backward(
   const int64_t T = sizes.steps;
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
-  const at::Tensor w_h = weights_h(inputs.weights, S).contiguous(); // as above
+  const at::Tensor w_h =
+      packed_w_h(inputs.weights, S, inputs.packed); // as above
   const auto options = inputs.gates.options();
   // dc_t, in turns: step t reads dc_t and writes dc_{t-1}.
   std::array<at::Tensor, 2> dc{
@@ -581,31 +585,102 @@ Path choose_path(
   return cluster ? Path::kCluster : grid ? Path::kPersistent : beyond;
 }
 
+const StepLoops& cuda_loops(
+    const Sizes& sizes,
+    at::ScalarType dtype,
+    bool backward,
+    const char* op) {
+  static constexpr StepLoops kPersistent{
+      &persistent_forward<cuda::Exchange::kGrid>,
+      &persistent_backward<cuda::Exchange::kGrid>};
+  static constexpr StepLoops kCluster{
+      &persistent_forward<cuda::Exchange::kCluster>,
+      &persistent_backward<cuda::Exchange::kCluster>};
+  static constexpr StepLoops kFused{&fused_forward, &fused_backward};
+  static constexpr StepLoops kSteps{&steps_forward, &steps_backward};
+  switch (choose_path(sizes, dtype, backward, op)) {
+    case Path::kPersistent:
+      return kPersistent;
+    case Path::kCluster:
+      return kCluster;
+    case Path::kFused:
+      return kFused;
+    default:
+      return kSteps;
+  }
+}
+
+// --- directions and packed batches -------------------------------------------
+
+// Direction 1 on a stream of its own, forked from the current stream and
+// joined back into it, also when its launches throw: its kernels run beside
+// direction 0's where the GPU has room for both (a small batch's steps use
+// a few multiprocessors). Inside a CUDA graph's capture the fork and the
+// join are the graph's edges.
+void cuda_for_each_direction(
+    const Sizes& /*sizes*/,
+    int64_t directions,
+    c10::function_ref<void(int64_t)> body) {
+  if (directions == 1) {
+    body(0);
+    return;
+  }
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
+  const c10::cuda::CUDAStream side =
+      c10::cuda::getStreamFromPool(false, current.device_index());
+  at::cuda::CUDAEvent forked;
+  forked.record(current);
+  forked.block(side);
+  struct Join {
+    const c10::cuda::CUDAStream& current;
+    const c10::cuda::CUDAStream& side;
+    ~Join() {
+      at::cuda::CUDAEvent joined;
+      joined.record(side);
+      joined.block(current);
+    }
+  } join{current, side};
+  body(0);
+  const c10::cuda::CUDAStreamGuard on_side(side);
+  body(1);
+}
+
+// A packed batch's segments take a launch (or a cooperative launch) each,
+// the host's few microseconds: where its batch shrinks every few steps, a
+// segment lasts at least 1/16 of the steps, so that a call runs at most
+// about 16 of them after the first sequence ends (sequence.cpp, "Packed
+// batches", and docs/performance.md).
+constexpr int64_t kSegments = 16;
+
+int64_t cuda_min_segment_steps(int64_t steps) {
+  return (steps + kSegments - 1) / kSegments;
+}
+
+// From pinned memory, without waiting. A graph would replay the copy from
+// host memory that the next call reuses, so a packed batch is not captured.
+at::Tensor cuda_indices(std::vector<int64_t>&& values, c10::Device device) {
+  TORCH_CHECK(
+      c10::cuda::currentStreamCaptureStatusMayInitCtx() ==
+          c10::cuda::CaptureStatus::None,
+      "lltm::sequence: a packed batch (batch_sizes) cannot run inside a CUDA "
+      "graph's capture: its row indices come from the host at every call; "
+      "capture a padded batch instead");
+  at::Tensor host = at::empty(
+      {static_cast<int64_t>(values.size())},
+      at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+  std::copy(values.begin(), values.end(), host.mutable_data_ptr<int64_t>());
+  return host.to(device, /*non_blocking=*/true);
+}
+
 struct Cuda {
   using Guard = c10::cuda::CUDAGuard;
-  static const StepLoops& loops(
-      const Sizes& sizes,
-      at::ScalarType dtype,
-      bool backward,
-      const char* op) {
-    static constexpr StepLoops kPersistent{
-        &persistent_forward<cuda::Exchange::kGrid>,
-        &persistent_backward<cuda::Exchange::kGrid>};
-    static constexpr StepLoops kCluster{
-        &persistent_forward<cuda::Exchange::kCluster>,
-        &persistent_backward<cuda::Exchange::kCluster>};
-    static constexpr StepLoops kFused{&fused_forward, &fused_backward};
-    static constexpr StepLoops kSteps{&steps_forward, &steps_backward};
-    switch (choose_path(sizes, dtype, backward, op)) {
-      case Path::kPersistent:
-        return kPersistent;
-      case Path::kCluster:
-        return kCluster;
-      case Path::kFused:
-        return kFused;
-      default:
-        return kSteps;
-    }
+  static const Engine& engine() {
+    static constexpr Engine kEngine{
+        &cuda_loops,
+        &cuda_for_each_direction,
+        &cuda_min_segment_steps,
+        &cuda_indices};
+    return kEngine;
   }
 };
 

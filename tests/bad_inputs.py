@@ -146,7 +146,7 @@ OPS = {
         "lltm::sequence_backward",
         SEQUENCE_BACKWARD,
         sequence_backward_args,
-        lambda *a: torch.ops.lltm.sequence_backward.default(*a, MASK),
+        lambda *a: torch.ops.lltm.sequence_backward.default(*a, None, MASK),
     ),
 }
 

@@ -255,6 +255,7 @@ def test_opcheck(device: str) -> None:
             saved[0],
             saved[3],
             saved[4],
+            None,
             [True, True, True, True, True],
         ),
     )
@@ -419,14 +420,16 @@ def test_bad_backward_arguments_are_named() -> None:
         match=r"lltm::sequence_backward: expected gates to have shape "
         r"\[steps, batch, 3 \* state_size\] = \[3, 2, 15\], but got \[3, 2, 14\]",
     ):
-        backward(None, None, None, args[0], args[1], args[3], output, cells, gates[..., :14], mask)
+        backward(
+            None, None, None, args[0], args[1], args[3], output, cells, gates[..., :14], None, mask
+        )
     with pytest.raises(
         ValueError,
         match=r"lltm::sequence_backward: expected grad_h_n to have shape "
         r"\[batch, state_size\] = \[2, 5\], but got \[2, 4\]",
     ):
         backward(
-            None, output[0, :, :4], None, args[0], args[1], args[3], output, cells, gates, mask
+            None, output[0, :, :4], None, args[0], args[1], args[3], output, cells, gates, None, mask
         )
 
 
