@@ -9,10 +9,10 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 #include <ATen/ops/addmm_cpu_dispatch.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm_cpu_dispatch.h>
-#include <ATen/ThreadLocalState.h>
 #include <torch/library.h>
 
 #include <algorithm>

@@ -429,7 +429,17 @@ def test_bad_backward_arguments_are_named() -> None:
         r"\[batch, state_size\] = \[2, 5\], but got \[2, 4\]",
     ):
         backward(
-            None, output[0, :, :4], None, args[0], args[1], args[3], output, cells, gates, None, mask
+            None,
+            output[0, :, :4],
+            None,
+            args[0],
+            args[1],
+            args[3],
+            output,
+            cells,
+            gates,
+            None,
+            mask,
         )
 
 

@@ -428,6 +428,38 @@ def _check_sequence_bias(op: str, bias: Tensor, state: int, stacked: bool, d: in
     _expect(torch._check_value, ok, op, want, _shape_str(bias.shape))
 
 
+def _sequence_head(
+    op: str,
+    input: Tensor,  # noqa: A002
+    weights: Tensor,
+    batch_sizes: Tensor | None,
+) -> tuple[list[int] | None, int, bool]:
+    """batch_sizes, input's dimensions and the directions: (values, directions, stacked)."""
+    packed = batch_sizes is not None
+    values = _batch_sizes(op, batch_sizes) if batch_sizes is not None else None
+    _check_dim(op, "input", input, 2 if packed else 3, _PACKED if packed else _STEPS)
+    directions, stacked = _directions(op, weights)
+    return values, directions, stacked
+
+
+def _sequence_sizes(
+    op: str,
+    input: Tensor,  # noqa: A002
+    h0: Tensor,
+    batch_sizes: Tensor | None,
+    values: list[int] | None,
+) -> tuple[int, int, int, int]:
+    """(steps, batch, features, state), and a packed input's rows checked where known."""
+    features, state = input.shape[-1], h0.shape[-1]
+    if batch_sizes is None:
+        return input.shape[0], input.shape[1], features, state
+    steps = batch_sizes.shape[0]
+    if values is None:  # fake: the values are not known
+        return steps, h0.shape[-2], features, state
+    _check_shape(op, "input", input, (sum(values), features), _PACKED)
+    return steps, values[0] if steps else h0.shape[-2], features, state
+
+
 class _Sequence:
     """A sequence op's problem, as sequence.cpp's checks find it."""
 
@@ -461,26 +493,17 @@ def _check_sequence(
     tensors = {"input": input, "weights": weights, "bias": bias, "h0": h0, "c0": c0}
     _check_layouts(op, {**tensors, "batch_sizes": batch_sizes}, optional=("batch_sizes",))
     _check_dtypes_and_devices(op, tensors)
-    packed = batch_sizes is not None
-    values = _batch_sizes(op, batch_sizes) if batch_sizes is not None else None
-    _check_dim(op, "input", input, 2 if packed else 3, _PACKED if packed else _STEPS)
-    directions, stacked = _directions(op, weights)
+    values, directions, stacked = _sequence_head(op, input, weights, batch_sizes)
     state_layout = _DIR_STATE if stacked else _STATE
     for name, t in (("h0", h0), ("c0", c0)):
         _check_dim(op, name, t, 3 if stacked else 2, state_layout)
-    features, state = input.shape[-1], h0.shape[-1]
-    if batch_sizes is not None:
-        steps = batch_sizes.shape[0]
-        batch = (values[0] if steps else h0.shape[-2]) if values is not None else h0.shape[-2]
-        if values is not None:
-            _check_shape(op, "input", input, (sum(values), features), _PACKED)
-    else:
-        steps, batch = input.shape[0], input.shape[1]
+    steps, batch, features, state = _sequence_sizes(op, input, h0, batch_sizes, values)
     for name, t in (("h0", h0), ("c0", c0)):
         _check_shape(op, name, t, _directed(stacked, directions, batch, state), state_layout)
     want = _directed(stacked, directions, 3 * state, state + features)
     _check_shape(op, "weights", weights, want, _DIR_WEIGHTS if stacked else _WEIGHTS)
     _check_sequence_bias(op, bias, state, stacked, directions)
+    packed = batch_sizes is not None
     return _Sequence(steps, batch, features, state, directions, stacked, packed)
 
 
@@ -561,9 +584,7 @@ def _sequence_backward_fake(
         if t is not None:
             _check_dtypes_and_devices(op, {"input": input, name: t})
     packed = batch_sizes is not None
-    values = _batch_sizes(op, batch_sizes) if batch_sizes is not None else None
-    _check_dim(op, "input", input, 2 if packed else 3, _PACKED if packed else _STEPS)
-    directions, stacked = _directions(op, weights)
+    values, directions, stacked = _sequence_head(op, input, weights, batch_sizes)
     state_layout = _DIR_STATE if stacked else _STATE
     states_layout = _DIR_STATES if stacked else _STATES
     gates_layout = _DIR_GATES if stacked else _GATES
@@ -582,17 +603,9 @@ def _sequence_backward_fake(
     for name, t in two_d:
         if t is not None:
             _check_dim(op, name, t, 3 if stacked else 2, state_layout)
-    features, state = input.shape[-1], h0.shape[-1]
-    if batch_sizes is not None:
-        steps = batch_sizes.shape[0]
-        batch = (values[0] if steps else h0.shape[-2]) if values is not None else h0.shape[-2]
-        rows = sum(values) if values is not None else input.shape[0]
-        _check_shape(op, "input", input, (rows, features), _PACKED)
-        output_shape: tuple[int, ...] = (rows, directions * state)
-    else:
-        steps, batch = input.shape[0], input.shape[1]
-        output_shape = (steps, batch, directions * state)
+    steps, batch, features, state = _sequence_sizes(op, input, h0, batch_sizes, values)
     d = directions
+    output_shape = (input.shape[0], d * state) if packed else (steps, batch, d * state)
     _check_shape(op, "h0", h0, _directed(stacked, d, batch, state), state_layout)
     want = _directed(stacked, d, 3 * state, state + features)
     _check_shape(op, "weights", weights, want, _DIR_WEIGHTS if stacked else _WEIGHTS)
