@@ -455,14 +455,14 @@ def test_bad_backward_arguments_are_named() -> None:
             lambda layer: layer(torch.randn(2, 3, 4), (torch.zeros(1, 3, 6), torch.zeros(2, 3, 6))),
             ValueError,
             (
-                r"LLTMLayer: expected h0 to have shape \[num_layers, batch, state_size\] = "
-                r"\[2, 3, 6\], but got \[1, 3, 6\]"
+                r"LLTMLayer: expected h0 to have shape \[num_layers \* directions, batch, "
+                r"state_size\] = \[2, 3, 6\], but got \[1, 3, 6\]"
             ),
         ),
         (
             lambda layer: layer(torch.randn(2, 3, 5)),
             ValueError,
-            r"lltm::sequence(_forward)?: expected weights to have shape",
+            r"LLTMLayer: expected input.size\(-1\) to be input_features = 4, but got 5",
         ),
         (
             lambda layer: layer(torch.randn(2, 3, 4), torch.zeros(2, 3, 6)),

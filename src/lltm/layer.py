@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
+import numbers
+import warnings
+from typing import overload
 
 import torch
+import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence
 
-from .module import LLTM
-from .ops import lltm_sequence
+from .module import LLTM, check_input
+from .ops import _sequence
 
 __all__ = ["LLTMLayer"]
 
@@ -16,41 +21,54 @@ __all__ = ["LLTMLayer"]
 class LLTMLayer(nn.Module):
     """A stack of LLTM layers run over whole sequences, like ``nn.LSTM``.
 
-    Each layer runs :func:`lltm.lltm_sequence`: one op call per layer, whose
-    backward (backprop through time) runs in C++. Layer ``k > 0`` takes the
-    outputs of layer ``k - 1`` as its input.
+    Each layer is one call of :func:`lltm.lltm_sequence`, both directions of
+    a bidirectional layer included, whose backward (backprop through time)
+    runs in C++. Layer ``k > 0`` takes the outputs of layer ``k - 1`` as its
+    input.
 
     Args:
         input_features: size of each input row.
         state_size: size of the hidden and cell state of every layer.
         num_layers: how many layers are stacked.
-        batch_first: input and output are ``[batch, steps, ...]`` rather than
-            ``[steps, batch, ...]`` (the states are not affected, as in
-            ``nn.LSTM``).
+        batch_first: a tensor input and output are ``[batch, steps, ...]``
+            rather than ``[steps, batch, ...]`` (not the states, nor a
+            ``PackedSequence``, as in ``nn.LSTM``).
         bias: whether the layers have a bias; without, it is zero.
+        dropout: the probability of zeroing each element of every layer's
+            output but the last's, in training mode (``nn.LSTM``'s dropout).
+        bidirectional: each layer also runs from the last step to the first,
+            and its output is both directions' ``h_t`` side by side.
+        device, dtype: where and how the parameters are made.
 
     Attributes:
         weights_l{k}: ``[3 * state_size, state_size + in_k]``, layer ``k``'s
             weights in the cell's layout (``in_0 = input_features``, else
-            ``state_size``): ``LLTM`` cell weights load as they are.
+            ``state_size * directions``): ``LLTM`` cell weights load as they
+            are.
         bias_l{k}: ``[1, 3 * state_size]``, when ``bias``.
+        weights_l{k}_reverse, bias_l{k}_reverse: the reverse direction's,
+            with ``bidirectional``.
 
     Call ``layer(input, (h0, c0))`` or ``layer(input)`` (zero states):
 
     * input: ``[steps, batch, input_features]`` (``[batch, steps, ...]`` with
-      ``batch_first``), or ``[steps, input_features]`` unbatched;
-    * h0, c0: ``[num_layers, batch, state_size]`` (``[num_layers,
-      state_size]`` unbatched).
+      ``batch_first``), ``[steps, input_features]`` unbatched, or a
+      ``PackedSequence`` (``torch.nn.utils.rnn.pack_padded_sequence``) of
+      sequences of different lengths, each of which stops at its own;
+    * h0, c0: ``[num_layers * directions, batch, state_size]`` (``[num_layers
+      * directions, state_size]`` unbatched), in ``nn.LSTM``'s order: layer 0,
+      its reverse direction, layer 1, ...
 
     It returns ``(output, (h_n, c_n))``: the last layer's ``h_t`` of every
-    step, shaped as the input with ``state_size`` features, and each layer's
-    last state, shaped as ``h0``.
+    step (both directions', ``directions * state_size`` features), shaped as
+    the input (a ``PackedSequence`` for one), and each layer's and
+    direction's state after its last step, shaped as ``h0``.
 
     Example:
-        >>> layer = LLTMLayer(32, 128, num_layers=2)
+        >>> layer = LLTMLayer(32, 128, num_layers=2, bidirectional=True)
         >>> output, (h_n, c_n) = layer(torch.randn(64, 16, 32))
         >>> output.shape, h_n.shape
-        (torch.Size([64, 16, 128]), torch.Size([2, 16, 128]))
+        (torch.Size([64, 16, 256]), torch.Size([4, 16, 128]))
     """
 
     def __init__(
@@ -60,6 +78,11 @@ class LLTMLayer(nn.Module):
         num_layers: int = 1,
         batch_first: bool = False,
         bias: bool = True,
+        *,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         if input_features < 0 or state_size < 0 or num_layers < 1:
@@ -69,20 +92,47 @@ class LLTMLayer(nn.Module):
                 f"state_size={state_size}, num_layers={num_layers}"
             )
             raise ValueError(msg)
+        if (
+            not isinstance(dropout, numbers.Real)
+            or isinstance(dropout, bool)
+            or not 0 <= dropout <= 1
+        ):
+            msg = (
+                "LLTMLayer: expected dropout to be a number in [0, 1], the probability "
+                f"of zeroing an element, but got {dropout!r}"
+            )
+            raise ValueError(msg)
+        if dropout > 0 and num_layers == 1:
+            warnings.warn(
+                "LLTMLayer: dropout applies between layers, after all but the last, so "
+                f"dropout={dropout} with num_layers=1 drops nothing",
+                stacklevel=2,
+            )
         self.input_features = input_features
         self.state_size = state_size
         self.num_layers = num_layers
         self.batch_first = batch_first
         self.bias = bias
+        self.dropout = float(dropout)
+        self.bidirectional = bidirectional
+        directions = 2 if bidirectional else 1
+        factory = {"device": device, "dtype": dtype}
         for k in range(num_layers):
-            features = input_features if k == 0 else state_size
-            weights = torch.empty(3 * state_size, state_size + features)
-            self.register_parameter(f"weights_l{k}", nn.Parameter(weights))
-            if bias:
-                self.register_parameter(f"bias_l{k}", nn.Parameter(torch.empty(1, 3 * state_size)))
-            else:
-                self.register_buffer(f"bias_l{k}", torch.zeros(1, 3 * state_size), persistent=False)
+            features = input_features if k == 0 else state_size * directions
+            for suffix in ("", "_reverse")[:directions]:
+                weights = torch.empty(3 * state_size, state_size + features, **factory)
+                self.register_parameter(f"weights_l{k}{suffix}", nn.Parameter(weights))
+                b = torch.empty(1, 3 * state_size, **factory)
+                if bias:
+                    self.register_parameter(f"bias_l{k}{suffix}", nn.Parameter(b))
+                else:
+                    self.register_buffer(f"bias_l{k}{suffix}", b.zero_(), persistent=False)
         self.reset_parameters()
+
+    @property
+    def directions(self) -> int:
+        """2 for a bidirectional layer, else 1."""
+        return 2 if self.bidirectional else 1
 
     def reset_parameters(self) -> None:
         """Draw every parameter from U(-1/sqrt(state_size), 1/sqrt(state_size)), as ``LLTM``."""
@@ -103,16 +153,60 @@ class LLTMLayer(nn.Module):
             layer.bias_l0.copy_(cell.bias)
         return layer
 
-    def layer_parameters(self, k: int) -> tuple[Tensor, Tensor]:
-        """Layer ``k``'s ``(weights, bias)``; the bias is a zero buffer without ``bias``."""
-        return getattr(self, f"weights_l{k}"), getattr(self, f"bias_l{k}")
+    def layer_parameters(self, k: int, *, reverse: bool = False) -> tuple[Tensor, Tensor]:
+        """Layer ``k``'s ``(weights, bias)`` (its reverse direction's with ``reverse``).
+
+        The bias is a zero buffer without ``bias``.
+        """
+        suffix = "_reverse" if reverse else ""
+        return getattr(self, f"weights_l{k}{suffix}"), getattr(self, f"bias_l{k}{suffix}")
+
+    def all_parameters(self) -> list[tuple[Tensor, Tensor]]:
+        """Every layer's and direction's ``(weights, bias)``, in ``nn.LSTM``'s order.
+
+        Layer 0, its reverse direction (when bidirectional), layer 1, ...: what
+        :func:`lltm.reference.lltm_layer_reference` takes.
+        """
+        return [
+            self.layer_parameters(k, reverse=d == 1)
+            for k in range(self.num_layers)
+            for d in range(self.directions)
+        ]
+
+    def _check_states(self, hx: object, want: list[int], layout: str) -> tuple[Tensor, Tensor]:
+        if not isinstance(hx, (tuple, list)) or len(hx) != 2:
+            msg = "LLTMLayer: expected the state to be a tuple (h0, c0)"
+            raise TypeError(msg)
+        for name, t in zip(("h0", "c0"), hx, strict=True):
+            if not isinstance(t, Tensor):
+                msg = f"LLTMLayer: expected {name} to be a tensor, but got {type(t).__name__}"
+                raise TypeError(msg)
+            if list(t.shape) != want:
+                msg = (
+                    f"LLTMLayer: expected {name} to have shape {layout} = {want}, "
+                    f"but got {list(t.shape)}"
+                )
+                raise ValueError(msg)
+        return hx[0], hx[1]
+
+    @overload
+    def forward(
+        self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]: ...
+
+    @overload
+    def forward(
+        self, input: PackedSequence, hx: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[PackedSequence, tuple[Tensor, Tensor]]: ...
 
     def forward(
         self,
-        input: Tensor,  # noqa: A002 - nn.LSTM's name
+        input: Tensor | PackedSequence,  # noqa: A002 - nn.LSTM's name
         hx: tuple[Tensor, Tensor] | None = None,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """Run every layer over the sequence: ``(output, (h_n, c_n))``."""
+    ) -> tuple[Tensor | PackedSequence, tuple[Tensor, Tensor]]:
+        """Run every layer over the sequences: ``(output, (h_n, c_n))``."""
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, hx)
         if not isinstance(input, Tensor):
             msg = f"LLTMLayer: expected input to be a tensor, but got {type(input).__name__}"
             raise TypeError(msg)
@@ -124,6 +218,7 @@ class LLTMLayer(nn.Module):
                 f"{input.dim()}-D tensor of shape {list(input.shape)}"
             )
             raise ValueError(msg)
+        check_input("LLTMLayer", "the layer's", input, self.input_features, self.weights_l0)
         unbatched = input.dim() == 2
         x = (
             input.unsqueeze(1)
@@ -131,58 +226,106 @@ class LLTMLayer(nn.Module):
             else (input.transpose(0, 1) if self.batch_first else input)
         )
         batch = x.shape[1]
-        want = (
-            [self.num_layers, self.state_size]
-            if unbatched
-            else [
-                self.num_layers,
-                batch,
-                self.state_size,
-            ]
-        )
+        stacked = self.num_layers * self.directions
         if hx is None:
-            # One zero state for every layer and both halves: a call's fixed
-            # host cost is what short sequences pay (docs/performance.md).
-            zeros = x.new_zeros(batch, self.state_size)
-            states = [(zeros, zeros)] * self.num_layers
+            h0 = c0 = None
+        elif unbatched:
+            h0, c0 = self._check_states(
+                hx, [stacked, self.state_size], "[num_layers * directions, state_size]"
+            )
+            h0, c0 = h0.unsqueeze(1), c0.unsqueeze(1)
         else:
-            if not isinstance(hx, (tuple, list)) or len(hx) != 2:
-                msg = "LLTMLayer: expected the state to be a tuple (h0, c0)"
-                raise TypeError(msg)
-            for name, t in zip(("h0", "c0"), hx, strict=True):
-                if not isinstance(t, Tensor):
-                    msg = f"LLTMLayer: expected {name} to be a tensor, but got {type(t).__name__}"
-                    raise TypeError(msg)
-                if list(t.shape) != want:
-                    layout = (
-                        "[num_layers, state_size]"
-                        if unbatched
-                        else ("[num_layers, batch, state_size]")
-                    )
-                    msg = (
-                        f"LLTMLayer: expected {name} to have shape {layout} = {want}, "
-                        f"but got {list(t.shape)}"
-                    )
-                    raise ValueError(msg)
-            h0, c0 = (t.unsqueeze(1) for t in hx) if unbatched else hx
-            states = list(zip(h0.unbind(0), c0.unbind(0), strict=True))
-        h_n, c_n = [], []
-        for k, (h0_k, c0_k) in enumerate(states):
-            weights, bias = self.layer_parameters(k)
-            x, h, c = lltm_sequence(x, weights, bias, h0_k, c0_k)
-            h_n.append(h)
-            c_n.append(c)
-        # One layer's state as a view, not a copy: stack launches a kernel.
-        hidden = h_n[0].unsqueeze(0) if self.num_layers == 1 else torch.stack(h_n)
-        cell = c_n[0].unsqueeze(0) if self.num_layers == 1 else torch.stack(c_n)
+            h0, c0 = self._check_states(
+                hx,
+                [stacked, batch, self.state_size],
+                "[num_layers * directions, batch, state_size]",
+            )
+        x, hidden, cell = self._run(x, batch, h0, c0, None)
         if unbatched:
             return x.squeeze(1), (hidden.squeeze(1), cell.squeeze(1))
         output = x.transpose(0, 1) if self.batch_first else x
         return output, (hidden, cell)
 
+    def _forward_packed(
+        self, sequences: PackedSequence, hx: tuple[Tensor, Tensor] | None
+    ) -> tuple[PackedSequence, tuple[Tensor, Tensor]]:
+        """A packed batch: the op takes its data and batch_sizes; sorted by length inside."""
+        data, batch_sizes, sorted_indices, unsorted_indices = sequences
+        if data.dim() != 2:
+            msg = (
+                "LLTMLayer: expected a PackedSequence's data to be a 2-D tensor "
+                f"[sum(batch_sizes), input_features], but got a {data.dim()}-D tensor "
+                f"of shape {list(data.shape)}"
+            )
+            raise ValueError(msg)
+        check_input("LLTMLayer", "the layer's", data, self.input_features, self.weights_l0)
+        # The batch, from the indices' size where there are some (no data read).
+        batch = sorted_indices.numel() if sorted_indices is not None else int(batch_sizes[0])
+        if hx is None:
+            h0 = c0 = None
+        else:
+            h0, c0 = self._check_states(
+                hx,
+                [self.num_layers * self.directions, batch, self.state_size],
+                "[num_layers * directions, batch, state_size]",
+            )
+            if sorted_indices is not None:
+                # The states follow the sequences, which the op takes sorted by length.
+                h0, c0 = h0.index_select(1, sorted_indices), c0.index_select(1, sorted_indices)
+        x, hidden, cell = self._run(data, batch, h0, c0, batch_sizes)
+        if unsorted_indices is not None:
+            hidden = hidden.index_select(1, unsorted_indices)
+            cell = cell.index_select(1, unsorted_indices)
+        return PackedSequence(x, batch_sizes, sorted_indices, unsorted_indices), (hidden, cell)
+
+    def _run(
+        self,
+        x: Tensor,
+        batch: int,
+        h0: Tensor | None,
+        c0: Tensor | None,
+        batch_sizes: Tensor | None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Every layer, one op call each: the last output, and h_n and c_n of them all."""
+        directions = self.directions
+        if h0 is None or c0 is None:
+            # One zero state for every layer and both halves: a call's fixed
+            # host cost is what short sequences pay (docs/performance.md).
+            state = (batch, self.state_size)
+            zeros = x.new_zeros((directions, *state) if directions > 1 else state)
+        h_n, c_n = [], []
+        for k in range(self.num_layers):
+            if directions == 1:
+                weights, bias = self.layer_parameters(k)
+                h, c = (zeros, zeros) if h0 is None or c0 is None else (h0[k], c0[k])
+            else:
+                forward, backward = self.layer_parameters(k), self.layer_parameters(k, reverse=True)
+                weights = torch.stack((forward[0], backward[0]))
+                bias = torch.stack((forward[1], backward[1]))
+                layers = slice(2 * k, 2 * k + 2)
+                h, c = (zeros, zeros) if h0 is None or c0 is None else (h0[layers], c0[layers])
+            if k > 0 and self.dropout > 0 and self.training:
+                x = F.dropout(x, self.dropout, training=True)
+            x, h, c = _sequence(x, weights, bias, h, c, batch_sizes)
+            h_n.append(h)
+            c_n.append(c)
+        if directions == 1:
+            # One layer's state as a view, not a copy: stack launches a kernel.
+            hidden = h_n[0].unsqueeze(0) if self.num_layers == 1 else torch.stack(h_n)
+            cell = c_n[0].unsqueeze(0) if self.num_layers == 1 else torch.stack(c_n)
+        else:
+            hidden = h_n[0] if self.num_layers == 1 else torch.cat(h_n)
+            cell = c_n[0] if self.num_layers == 1 else torch.cat(c_n)
+        return x, hidden, cell
+
     def extra_repr(self) -> str:
         """The sizes and options, shown by ``repr``."""
-        return (
+        text = (
             f"input_features={self.input_features}, state_size={self.state_size}, "
             f"num_layers={self.num_layers}, batch_first={self.batch_first}, bias={self.bias}"
         )
+        if self.dropout:
+            text += f", dropout={self.dropout}"
+        if self.bidirectional:
+            text += ", bidirectional=True"
+        return text

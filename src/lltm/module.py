@@ -12,6 +12,34 @@ from .ops import _cell
 __all__ = ["LLTM"]
 
 
+def check_input(owner: str, whose: str, x: Tensor, input_features: int, weights: Tensor) -> None:
+    """Blame the input for what does not fit the module, as ``nn.LSTM`` does.
+
+    The op would name the weights, which are the module's and fine: a
+    5-feature input into ``LLTM(4, 8)`` is the input's mistake.
+    """
+    if x.shape[-1] != input_features:
+        msg = (
+            f"{owner}: expected input.size(-1) to be input_features = {input_features}, "
+            f"but got {x.shape[-1]}"
+        )
+        raise ValueError(msg)
+    if x.dtype != weights.dtype and not torch.is_autocast_enabled(x.device.type):
+        want, got = (str(t).removeprefix("torch.") for t in (weights.dtype, x.dtype))
+        msg = (
+            f"{owner}: expected input to have the dtype of {whose} weights ({want}), "
+            f"but got {got}: convert the input with input.to(torch.{want}), or the "
+            f"module with .to(torch.{got})"
+        )
+        raise TypeError(msg)
+    if x.device != weights.device:
+        msg = (
+            f"{owner}: expected input to be on the device of {whose} weights "
+            f"({weights.device}), but got {x.device}"
+        )
+        raise RuntimeError(msg)
+
+
 class LLTM(nn.Module):
     """An LLTM cell with the tutorial's parameters and initialization.
 
@@ -53,6 +81,8 @@ class LLTM(nn.Module):
     def forward(self, input: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:  # noqa: A002
         """Advance the cell one step: returns ``(new_h, new_cell)``."""
         old_h, old_cell = state
+        if isinstance(input, Tensor) and not input.is_nested and input.dim() == 2:
+            check_input("LLTM", "the cell's", input, self.input_features, self.weights)
         return _cell(input, self.weights, self.bias, old_h, old_cell)
 
     def extra_repr(self) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F  # noqa: N812
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 __all__ = ["lltm_layer_reference", "lltm_reference", "lltm_sequence_reference"]
 
@@ -62,36 +63,85 @@ def lltm_sequence_reference(
 
 
 def lltm_layer_reference(
-    input: torch.Tensor,  # noqa: A002 - nn.LSTM's name
+    input: torch.Tensor | PackedSequence,  # noqa: A002 - nn.LSTM's name
     parameters: Sequence[tuple[torch.Tensor, torch.Tensor]],
     hx: tuple[torch.Tensor, torch.Tensor] | None = None,
     *,
     batch_first: bool = False,
-) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """:class:`lltm.LLTMLayer` as loops of the cell over its layers and steps.
+    bidirectional: bool = False,
+    dropout: float = 0.0,
+    training: bool = False,
+) -> tuple[torch.Tensor | PackedSequence, tuple[torch.Tensor, torch.Tensor]]:
+    """:class:`lltm.LLTMLayer` as loops of the cell over its layers, directions, sequences and steps.
+
+    Each sequence runs alone, over its own steps: the reverse direction from
+    its own last step to its first.
 
     Args:
         input: ``[steps, batch, input_features]``, or ``[batch, steps,
-            input_features]`` with ``batch_first``.
+            input_features]`` with ``batch_first``; or a ``PackedSequence``.
         parameters: each layer's ``(weights, bias)``, as
-            :meth:`lltm.LLTMLayer.layer_parameters` gives them.
-        hx: ``(h0, c0)``, each ``[num_layers, batch, state_size]``; None:
-            zeros.
-        batch_first: whether ``input`` and the output are batch-major.
+            :meth:`lltm.LLTMLayer.layer_parameters` gives them, in
+            ``nn.LSTM``'s order: with ``bidirectional``, each layer's reverse
+            direction after it.
+        hx: ``(h0, c0)``, each ``[num_layers * directions, batch,
+            state_size]``; None: zeros.
+        batch_first: whether a tensor ``input`` and the output are batch-major.
+        bidirectional: whether each layer has a reverse direction.
+        dropout: the probability of zeroing an element of each layer's output
+            but the last's, in ``training``. The masks are drawn as the layer
+            draws them (on its outputs, packed where the input is), so that
+            with the same seed both draw the same ones.
+        training: whether dropout applies.
 
     Returns:
-        ``(output, (h_n, c_n))`` as the layer returns them: the last layer's
-        ``h`` of every step, and each layer's last state.
+        ``(output, (h_n, c_n))`` as the layer returns them.
     """
-    x = input.transpose(0, 1) if batch_first else input
+    directions = 2 if bidirectional else 1
+    layers = len(parameters) // directions
+    packed = isinstance(input, PackedSequence)
+    if packed:
+        x, lengths = pad_packed_sequence(input)
+        lengths_list = [int(n) for n in lengths]
+    else:
+        x = input.transpose(0, 1) if batch_first else input
+        lengths_list = [x.shape[0]] * x.shape[1]
+    steps, batch = x.shape[0], x.shape[1]
+    state = parameters[0][0].shape[0] // 3
     if hx is None:
-        state = parameters[0][0].shape[0] // 3
-        zeros = x.new_zeros(len(parameters), x.shape[1], state)
+        zeros = x.new_zeros(layers * directions, batch, state)
         hx = (zeros, zeros)
     h_n, c_n = [], []
-    for k, (weights, bias) in enumerate(parameters):
-        x, h, c = lltm_sequence_reference(x, weights, bias, hx[0][k], hx[1][k])
-        h_n.append(h)
-        c_n.append(c)
-    output = x.transpose(0, 1) if batch_first else x
-    return output, (torch.stack(h_n), torch.stack(c_n))
+    for k in range(layers):
+        outputs = []
+        for d in range(directions):
+            weights, bias = parameters[k * directions + d]
+            h0, c0 = hx[0][k * directions + d], hx[1][k * directions + d]
+            rows, hs, cs = [], [], []
+            for b, length in enumerate(lengths_list):
+                seq = x[:length, b : b + 1]
+                seq = seq.flip(0) if d == 1 else seq
+                out, h, c = lltm_sequence_reference(
+                    seq, weights, bias, h0[b : b + 1], c0[b : b + 1]
+                )
+                rows.append(out.flip(0) if d == 1 else out)
+                hs.append(h)
+                cs.append(c)
+            output = torch.stack(
+                [F.pad(r[:, 0], (0, 0, 0, steps - r.shape[0])) for r in rows], dim=1
+            )
+            outputs.append(output)
+            h_n.append(torch.cat(hs))
+            c_n.append(torch.cat(cs))
+        x = torch.cat(outputs, dim=-1)
+        if dropout > 0 and training and k < layers - 1:
+            if packed:
+                data = pack_padded_sequence(x, lengths, enforce_sorted=False)
+                dropped = data._replace(data=F.dropout(data.data, dropout, training=True))
+                x, _ = pad_packed_sequence(dropped, total_length=steps)
+            else:
+                x = F.dropout(x, dropout, training=True)
+    hidden = (torch.stack(h_n), torch.stack(c_n))
+    if packed:
+        return pack_padded_sequence(x, lengths, enforce_sorted=False), hidden
+    return (x.transpose(0, 1) if batch_first else x), hidden
