@@ -224,7 +224,9 @@ def test_module_rejects_wrong_input_features(device: str) -> None:
     cell = lltm.LLTM(F, S).to(device)
     x = torch.randn(B, F + 1, device=device)
     h = torch.randn(B, S, device=device)
+    # The input is what is wrong, not the cell's weights (nn.LSTMCell's view).
     with pytest.raises(
-        ValueError, match=r"expected weights to have shape .* = \[15, 9\], but got \[15, 8\]"
+        ValueError,
+        match=rf"LLTM: expected input.size\(-1\) to be input_features = {F}, but got {F + 1}",
     ):
         cell(x, (h, h))

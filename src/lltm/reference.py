@@ -117,7 +117,8 @@ def lltm_layer_reference(
         for d in range(directions):
             weights, bias = parameters[k * directions + d]
             h0, c0 = hx[0][k * directions + d], hx[1][k * directions + d]
-            rows, hs, cs = [], [], []
+            # An empty batch runs nothing: its state is h0's empty rows.
+            rows, hs, cs = [x.new_zeros(steps, 0, state)], [h0[:0]], [c0[:0]]
             for b, length in enumerate(lengths_list):
                 seq = x[:length, b : b + 1]
                 seq = seq.flip(0) if d == 1 else seq
@@ -127,9 +128,7 @@ def lltm_layer_reference(
                 rows.append(out.flip(0) if d == 1 else out)
                 hs.append(h)
                 cs.append(c)
-            output = torch.stack(
-                [F.pad(r[:, 0], (0, 0, 0, steps - r.shape[0])) for r in rows], dim=1
-            )
+            output = torch.cat([F.pad(r, (0, 0, 0, 0, 0, steps - r.shape[0])) for r in rows], 1)
             outputs.append(output)
             h_n.append(torch.cat(hs))
             c_n.append(torch.cat(cs))
