@@ -69,8 +69,8 @@ def make_layer(
 ) -> lltm.LLTMLayer:
     """A layer whose weights are scaled so that a long sequence stays tame."""
     torch.manual_seed(0)
-    layer = lltm.LLTMLayer(features, state, **options).to(device=device, dtype=dtype)  # type: ignore[arg-type]
-    return layer
+    layer = lltm.LLTMLayer(features, state, **options)  # type: ignore[arg-type]
+    return layer.to(device=device, dtype=dtype)
 
 
 def states(
@@ -238,7 +238,9 @@ def test_packed_batch_first_and_pack_sequence(device: str, enforce_sorted: bool)
     torch.testing.assert_close((h_a, c_a), (h_b, c_b), rtol=0, atol=0)
 
 
-def test_packed_only_the_states_reach_the_loss(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_packed_only_the_states_reach_the_loss(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A loss of h_n and c_n alone: grad_output is None, each state's gradient joins
     its own sequence's last step (on CUDA's segments too)."""
     monkeypatch.setenv("LLTM_SEGMENT_STEPS", "4")
@@ -515,13 +517,19 @@ def test_dropout_with_one_layer_warns() -> None:
 def test_bad_packed_sequences_name_the_argument() -> None:
     layer = lltm.LLTMLayer(3, 4)
     data = torch.randn(6, 3)
-    with pytest.raises(ValueError, match=r"expected batch_sizes to be at least 1 and non-increasing"):
+    with pytest.raises(
+        ValueError, match=r"expected batch_sizes to be at least 1 and non-increasing"
+    ):
         layer(PackedSequence(data, torch.tensor([2, 3, 1])))
     with pytest.raises(ValueError, match=r"batch_sizes\[2\] = 0 after 2"):
         layer(PackedSequence(data, torch.tensor([4, 2, 0])))
-    with pytest.raises(ValueError, match=r"expected input to have shape \[sum\(batch_sizes\), input_f"):
+    with pytest.raises(
+        ValueError, match=r"expected input to have shape \[sum\(batch_sizes\), input_f"
+    ):
         layer(PackedSequence(data, torch.tensor([3, 2])))
-    with pytest.raises(ValueError, match=r"LLTMLayer: expected input.size\(-1\) to be input_features"):
+    with pytest.raises(
+        ValueError, match=r"LLTMLayer: expected input.size\(-1\) to be input_features"
+    ):
         layer(pack_sequence([torch.randn(3, 5)]))
     with pytest.raises(ValueError, match=r"LLTMLayer: expected h0 to have shape \[num_layers \* "):
         layer(pack_sequence([torch.randn(3, 3)] * 2), (torch.zeros(1, 3, 4), torch.zeros(1, 3, 4)))
@@ -551,7 +559,8 @@ def test_bidirectional_states_must_count_both_directions() -> None:
 def test_the_input_is_blamed_not_the_weights() -> None:
     """nn.LSTM's kind of message: what the user passed is wrong, not the layer."""
     with pytest.raises(
-        ValueError, match=r"LLTMLayer: expected input.size\(-1\) to be input_features = 4, but got 5"
+        ValueError,
+        match=r"LLTMLayer: expected input.size\(-1\) to be input_features = 4, but got 5",
     ):
         lltm.LLTMLayer(4, 8)(torch.randn(3, 2, 5))
     with pytest.raises(
@@ -582,12 +591,14 @@ def test_op_errors_for_directions() -> None:
         lltm.lltm_sequence(x, w, b, h0[0], c0)  # type: ignore[index]
     with pytest.raises(ValueError, match=r"expected bias to have shape \[directions, 3 \* state_s"):
         lltm.lltm_sequence(x, w, b[:1], h0, c0)  # type: ignore[index]
-    with pytest.raises(ValueError, match=r"expected batch_sizes to be a 1-D int64 tensor on the CPU"):
+    with pytest.raises(
+        ValueError, match=r"expected batch_sizes to be a 1-D int64 tensor on the CPU"
+    ):
         lltm.lltm_sequence(x[0], w, b, h0, c0, torch.tensor([2.0, 1.0]))  # type: ignore[index]
-    with pytest.raises(ValueError, match=r"LLTM_SEGMENT_STEPS=0: expected a whole number >= 1"):
-        with pytest.MonkeyPatch.context() as m:
-            m.setenv("LLTM_SEGMENT_STEPS", "0")
-            packed = _op_args("cpu", directions=None, packed=True, requires_grad=False)
+    packed = _op_args("cpu", directions=None, packed=True, requires_grad=False)
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("LLTM_SEGMENT_STEPS", "0")
+        with pytest.raises(ValueError, match=r"LLTM_SEGMENT_STEPS=0: expected a whole number >= 1"):
             lltm.lltm_sequence(*packed[:5], batch_sizes=packed[5])  # type: ignore[arg-type]
 
 
@@ -630,7 +641,7 @@ def test_cuda_packed_batch_refuses_capture() -> None:
     layer(packed)
     graph = torch.cuda.CUDAGraph()
     with (
-        pytest.raises(RuntimeError, match="a packed batch .* cannot run inside a CUDA graph"),
+        pytest.raises(RuntimeError, match=r"a packed batch .* cannot run inside a CUDA graph"),
         torch.cuda.graph(graph),
         torch.no_grad(),
     ):
