@@ -682,10 +682,16 @@ ForwardResult run_forward(
   at::Tensor h_n = at::empty(directed(stacked, D, {B, S}), options);
   at::Tensor c_n = at::empty(directed(stacked, D, {B, S}), options);
   at::Tensor cells;
+  // What the op returns is shaped for any lengths ([T, B] rows a
+  // direction); what it keeps to itself, the work rows alone.
+  const int64_t rows = save ? T * B : W;
   if (keep_cells) {
-    cells = at::empty(directed(stacked, D, {T, B, S}), options);
+    cells = save ? at::empty(directed(stacked, D, {T, B, S}), options)
+                 : at::empty({D, W, S}, options);
   }
-  at::Tensor gates = at::empty(directed(stacked, D, {T, B, 3 * S}), options);
+  at::Tensor gates = save
+      ? at::empty(directed(stacked, D, {T, B, 3 * S}), options)
+      : at::empty({D, W, 3 * S}, options);
   at::Tensor output = at::empty(output_shape, options);
   // Each direction's h_t in its own work rows: the output itself for one
   // direction over the input's own rows.
@@ -704,10 +710,13 @@ ForwardResult run_forward(
     const at::Tensor c0 = direction_of(in.c0, d, stacked);
     const at::Tensor h_n_d = direction_of(h_n, d, stacked);
     const at::Tensor c_n_d = direction_of(c_n, d, stacked);
-    const at::Tensor gates_d =
-        direction_of(gates, d, stacked).view({T * B, 3 * S}).narrow(0, 0, W);
+    const at::Tensor gates_d = direction_of(gates, d, stacked || !save)
+                                   .view({rows, 3 * S})
+                                   .narrow(0, 0, W);
     const at::Tensor cells_d = keep_cells
-        ? direction_of(cells, d, stacked).view({T * B, S}).narrow(0, 0, W)
+        ? direction_of(cells, d, stacked || !save)
+              .view({rows, S})
+              .narrow(0, 0, W)
         : at::Tensor();
     const at::Tensor out_d = work_output.select(0, d);
     // The input projection of every step: one GEMM over the work rows.
@@ -752,13 +761,11 @@ ForwardResult run_forward(
       output_of(output, d, S).copy_(d == 0 ? h : h.flip(0));
     }
   });
-  if (p.packed && W < T * B) {
+  if (save && p.packed && W < T * B) {
     // The rows past the work rows: never read, but an output's bytes are
     // all defined.
     gates.view({D, T * B, 3 * S}).narrow(1, W, T * B - W).zero_();
-    if (save) {
-      cells.view({D, T * B, S}).narrow(1, W, T * B - W).zero_();
-    }
+    cells.view({D, T * B, S}).narrow(1, W, T * B - W).zero_();
   }
   return {output, h_n, c_n, save ? cells : at::Tensor(), gates};
 }

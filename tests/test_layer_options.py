@@ -287,6 +287,27 @@ def test_dropout_draws_from_torch_generator() -> None:
     assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+@pytest.mark.parametrize("segments", SEGMENTS)
+def test_inference_and_training_forwards_agree(
+    device: str, monkeypatch: pytest.MonkeyPatch, packed: bool, segments: str | None
+) -> None:
+    """Without a graph the op saves nothing (lltm::sequence): the same numbers, bit for bit."""
+    if segments is not None:
+        monkeypatch.setenv("LLTM_SEGMENT_STEPS", segments)
+    layer = make_layer(4, 6, device=device, num_layers=2, bidirectional=True)
+    x = torch.randn(8, 5, 4, dtype=torch.float64, device=device)
+    input = pack_padded_sequence(x, torch.tensor([8, 7, 7, 3, 1])) if packed else x  # noqa: A001
+    output, (h_n, c_n) = layer(input)
+    assert output.data.requires_grad
+    for mode in (torch.no_grad, torch.inference_mode):
+        with mode():
+            plain, (h, c) = layer(input)
+        assert torch.equal(plain.data, output.data)
+        assert torch.equal(h, h_n)
+        assert torch.equal(c, c_n)
+
+
 # --- other dtypes, against the float64 reference ---------------------------------------
 
 

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# nn.LSTM's options of LLTMLayer (bidirectional, dropout, PackedSequence) on a
+# GPU machine, in calls of under ten minutes each:
+#   build     pip install --no-build-isolation, LLTM_CUDA=1, for the H200 only
+#   tests     tests/test_layer_options.py and tests/test_sequence.py, CUDA
+#             cases, every path
+#   sanitize  compute-sanitizer memcheck (caching allocator off) over the
+#             packed and bidirectional cases of every path: the segments'
+#             views and the direction streams reach no byte they should not
+#   bench     the layer against cuDNN's nn.LSTM with the same options,
+#             forward + backward, one process per table: bidirectional over
+#             the sequence sweep's grid in float32 (TF32 off) and float16;
+#             packed batches (lengths uniform in [T/4, T]) against cuDNN's
+#             packed LSTM and against the same batch padded
+#   deploy    tests/test_deploy.py's CUDA cases (AOTInductor in a fresh
+#             process, with its control)
+# Usage: scripts/gpu-options-check.sh [OUT_DIR [STEP...]]  (default: every step)
+# Writes summary.txt, a log per step and the benchmark JSON and Markdown to
+# OUT_DIR (default $OUT).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=scripts/gpu-lib.sh
+. scripts/gpu-lib.sh
+gpu_setup /tmp/lltm-gpu-options "build tests sanitize bench deploy" "$@"
+step_width=28
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+device_wheels /tmp/lltm-site
+gpu_header
+
+if wants build; then
+  build_step
+fi
+if wants tests; then
+  step tests tests.log timeout 300 "$py" -m pytest tests/test_layer_options.py \
+    tests/test_sequence.py -m cuda -p no:cacheprovider -q -rs --durations=10
+fi
+if wants sanitize; then
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 step memcheck sanitize.log timeout 200 \
+    "${sanitizer[@]}" --tool memcheck "$py" -m pytest tests/test_layer_options.py \
+    -p no:cacheprovider -q -m cuda \
+    -k "(packed_matches and (mixed or all-different)) or (padded_matches and given-state and L2) or bitwise"
+fi
+# One JSON and one Markdown table per benchmark, from the sequence benchmark's
+# own options (scripts/bench_tables.py makes the Markdown).
+bench() {
+  local name=$1
+  shift
+  step "bench $name" bench.log timeout "${LLTM_BENCH_TIMEOUT:-170}" \
+    "$py" -m lltm.benchmark --sequence --device cuda --json "$out/$name.json" "$@"
+}
+if wants bench; then
+  bench bidirectional-float32 --sweep --bidirectional --precision float32
+  bench bidirectional-float16 --sweep --bidirectional --precision float16
+  bench packed --packed-sizes --precision float32,float16
+fi
+if wants deploy; then
+  step deploy deploy.log timeout 200 "$py" -m pytest tests/test_deploy.py -m cuda \
+    -p no:cacheprovider -q -rs
+fi
+print_summary
+all_passed
