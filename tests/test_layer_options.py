@@ -299,7 +299,7 @@ def test_inference_and_training_forwards_agree(
     x = torch.randn(8, 5, 4, dtype=torch.float64, device=device)
     input = pack_padded_sequence(x, torch.tensor([8, 7, 7, 3, 1])) if packed else x  # noqa: A001
     output, (h_n, c_n) = layer(input)
-    assert output.data.requires_grad
+    assert (output.data if packed else output).requires_grad
     for mode in (torch.no_grad, torch.inference_mode):
         with mode():
             plain, (h, c) = layer(input)
