@@ -110,9 +110,11 @@ def tests(session: nox.Session) -> None:
 # LLTM_TEST_THREADS=N (the CI job on the free-threaded CPython sets it): after
 # the suite, the suite again with each test run in N threads at once
 # (pytest-run-parallel), less torch.library.opcheck and torch.compile, whose
-# torch-internal caches are not thread-safe (they fail so with the GIL too).
+# torch-internal caches are not thread-safe (they fail so with the GIL too),
+# and test_deploy.py: torch.export and AOTInductor trace with the same
+# machinery, and N AOTInductor compiles at once would take minutes.
 TEST_THREADS = os.environ.get("LLTM_TEST_THREADS", "")
-THREAD_UNSAFE_IN_TORCH = "not opcheck and not torch_compile"
+THREAD_UNSAFE_IN_TORCH = "not opcheck and not torch_compile and not test_deploy"
 
 
 def _pytest(session: nox.Session) -> None:

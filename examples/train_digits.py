@@ -6,10 +6,13 @@ it and a linear head classifies its last hidden state. The same script runs
 * on the CPU:           ``python examples/train_digits.py --device cpu``
 * on one GPU:           ``python examples/train_digits.py --device cuda``
 * on two GPUs with DDP: ``torchrun --nproc_per_node=2 examples/train_digits.py --device cuda``
+* with FSDP2 instead:   ``torchrun --nproc_per_node=2 examples/train_digits.py --device cuda --fsdp``
 
 Under torchrun each process takes its share of every global batch (NCCL on
-CUDA, gloo on the CPU), and DistributedDataParallel averages the gradients,
-so that with the same ``--seed`` and ``--batch-size`` (the global batch) a
+CUDA, gloo on the CPU), and DistributedDataParallel averages the gradients
+(or, with ``--fsdp``, ``fully_shard`` keeps a shard of each parameter per
+process, gathers them for the forward and reduce-scatters the gradients), so
+that with the same ``--seed`` and ``--batch-size`` (the global batch) a
 run on N processes takes the same steps as a run on one, up to rounding.
 ``--log-json`` writes the per-step losses to compare them.
 """
@@ -27,6 +30,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 
 import lltm
 
@@ -113,6 +119,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-json", metavar="PATH", help="write the losses as JSON (rank 0)")
     parser.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="under torchrun, shard the model with FSDP2 (fully_shard) instead of DDP",
+    )
+    parser.add_argument(
         "--progress",
         choices=["auto", "on", "off"],
         default="auto",
@@ -139,12 +150,19 @@ def main(argv: list[str] | None = None) -> dict[str, object]:  # noqa: PLR0912, 
         msg = f"--batch-size {args.batch_size} must be a multiple of the {world} processes"
         raise SystemExit(msg)
     local_batch = args.batch_size // world
+    parallel = ("fsdp" if args.fsdp else "ddp") if distributed else "none"
     main_process = rank == 0
 
     torch.manual_seed(args.seed)  # the same initial weights in every process
     x_train, y_train, x_test, y_test = load_data(device)
     model: nn.Module = DigitsClassifier(args.state_size, args.num_layers).to(device)
-    if distributed:
+    if parallel == "fsdp":
+        # FSDP2: each process keeps and updates a shard of every parameter;
+        # the LLTM ops see the whole, gathered ones. One group for the whole
+        # model, which is small: a group per layer pays off only when the
+        # gathers of later layers can overlap the earlier layers' compute.
+        fully_shard(model, mesh=init_device_mesh(device.type, (world,)))
+    elif parallel == "ddp":
         model = nn.parallel.DistributedDataParallel(
             model, device_ids=[local_rank] if want_cuda else None
         )
@@ -155,9 +173,10 @@ def main(argv: list[str] | None = None) -> dict[str, object]:  # noqa: PLR0912, 
     )
     show = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
     if main_process:
+        how = {"none": "", "ddp": " with DDP", "fsdp": " with FSDP2"}[parallel]
         print(  # noqa: T201
             f"digits: {len(x_train)} train, {len(x_test)} test; LLTMLayer(8, "
-            f"{args.state_size}, num_layers={args.num_layers}) + Linear; {world} process(es) on {device.type}, global batch "
+            f"{args.state_size}, num_layers={args.num_layers}) + Linear; {world} process(es) on {device.type}{how}, global batch "
             f"{args.batch_size}, {steps_per_epoch} steps per epoch",
             flush=True,
         )
@@ -165,6 +184,13 @@ def main(argv: list[str] | None = None) -> dict[str, object]:  # noqa: PLR0912, 
         "world_size": world,
         "seed": args.seed,
         "global_batch": args.batch_size,
+        "parallel": parallel,
+        # The parameters' elements in all, and those this process holds: its
+        # shards under FSDP2, all of them otherwise.
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "local_parameters": sum(
+            (p.to_local() if isinstance(p, DTensor) else p).numel() for p in model.parameters()
+        ),
         "step_losses": [],
         "epochs": [],
     }
