@@ -1,6 +1,6 @@
 """Shipping a model with lltm inside: torch.export, save/load, AOTInductor, torch.compile.
 
-The model is what a user ships: an ``LLTMLayer`` of two layers, an ``LLTM``
+The model is what a user ships: a bidirectional ``LLTMLayer`` of two layers, an ``LLTM``
 cell on its last step and a ``Linear`` head, exported once with dynamic steps
 T and batch B. Every route must give the eager model's outputs at other T and
 B than the traced ones. The saved program and the AOTInductor package are
@@ -91,18 +91,19 @@ print("control ok")
 
 
 class SequenceClassifier(nn.Module):
-    """Two ``LLTMLayer`` layers, one more ``LLTM`` step on the last output, a ``Linear`` head."""
+    """Two bidirectional ``LLTMLayer`` layers, one more ``LLTM`` step on the last output
+    (both directions'), from the last layer's forward state, and a ``Linear`` head."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.rnn = lltm.LLTMLayer(FEATURES, STATE, num_layers=2)
-        self.cell = lltm.LLTM(STATE, STATE)
+        self.rnn = lltm.LLTMLayer(FEATURES, STATE, num_layers=2, bidirectional=True)
+        self.cell = lltm.LLTM(2 * STATE, STATE)
         self.head = nn.Linear(STATE, CLASSES)
 
     def forward(self, x: Tensor) -> Tensor:
         """Logits ``[B, CLASSES]`` of sequences ``[T, B, FEATURES]``."""
         output, (h_n, c_n) = self.rnn(x)
-        h, _ = self.cell(output[-1], (h_n[-1], c_n[-1]))
+        h, _ = self.cell(output[-1], (h_n[-2], c_n[-2]))
         return self.head(h)
 
 
