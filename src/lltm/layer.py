@@ -181,6 +181,11 @@ class LLTMLayer(nn.Module):
             if not isinstance(t, Tensor):
                 msg = f"LLTMLayer: expected {name} to be a tensor, but got {type(t).__name__}"
                 raise TypeError(msg)
+            if t.layout != torch.strided or t.is_nested:
+                # Each layer takes a slice of the states, which sparse tensors cannot give.
+                layout = "a nested tensor" if t.is_nested else f"a tensor of layout {t.layout}"
+                msg = f"LLTMLayer: expected {name} to be a strided tensor, but got {layout}"
+                raise TypeError(msg)
             if list(t.shape) != want:
                 msg = (
                     f"LLTMLayer: expected {name} to have shape {layout} = {want}, "
@@ -291,31 +296,26 @@ class LLTMLayer(nn.Module):
         if h0 is None or c0 is None:
             # One zero state for every layer and both halves: a call's fixed
             # host cost is what short sequences pay (docs/performance.md).
-            state = (batch, self.state_size)
-            zeros = x.new_zeros((directions, *state) if directions > 1 else state)
+            zeros = x.new_zeros(directions, batch, self.state_size)
         h_n, c_n = [], []
         for k in range(self.num_layers):
+            # The op's form with a direction dimension: each layer's states
+            # come out [directions, batch, state], h_n's own rows, not views.
             if directions == 1:
-                weights, bias = self.layer_parameters(k)
-                h, c = (zeros, zeros) if h0 is None or c0 is None else (h0[k], c0[k])
+                weights, bias = (t.unsqueeze(0) for t in self.layer_parameters(k))
             else:
                 forward, backward = self.layer_parameters(k), self.layer_parameters(k, reverse=True)
                 weights = torch.stack((forward[0], backward[0]))
                 bias = torch.stack((forward[1], backward[1]))
-                layers = slice(2 * k, 2 * k + 2)
-                h, c = (zeros, zeros) if h0 is None or c0 is None else (h0[layers], c0[layers])
+            layers = slice(directions * k, directions * (k + 1))
+            h, c = (zeros, zeros) if h0 is None or c0 is None else (h0[layers], c0[layers])
             if k > 0 and self.dropout > 0 and self.training:
                 x = F.dropout(x, self.dropout, training=True)
             x, h, c = _sequence(x, weights, bias, h, c, batch_sizes)
             h_n.append(h)
             c_n.append(c)
-        if directions == 1:
-            # One layer's state as a view, not a copy: stack launches a kernel.
-            hidden = h_n[0].unsqueeze(0) if self.num_layers == 1 else torch.stack(h_n)
-            cell = c_n[0].unsqueeze(0) if self.num_layers == 1 else torch.stack(c_n)
-        else:
-            hidden = h_n[0] if self.num_layers == 1 else torch.cat(h_n)
-            cell = c_n[0] if self.num_layers == 1 else torch.cat(c_n)
+        hidden = h_n[0] if self.num_layers == 1 else torch.cat(h_n)
+        cell = c_n[0] if self.num_layers == 1 else torch.cat(c_n)
         return x, hidden, cell
 
     def extra_repr(self) -> str:
