@@ -725,6 +725,12 @@ def test_packed_bidirectional_sweep(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert f"| {setting}, F=3, S=4, packed / padded | B=2 | B=3 |" in out
     assert "| precision | points | worst | median | above 0.75 | n/a | fill |" in out
     assert "The goal bidirectional and packed: at least 1.0x everywhere" in out
+    # bench_tables.py: the same tables, and the packed summary in its merged JSON.
+    tables = importlib.import_module("bench_tables")
+    merged = tmp_path / "merged.json"
+    tables.main([str(path), "--json", str(merged)])
+    assert f"| {setting}, F=3, S=4, packed / padded | B=2 | B=3 |" in capsys.readouterr().out
+    assert json.loads(merged.read_text())["packed_summary"]["overall"]["points"] == 2
     # Without --steps/--batches/--fs, a packed sweep is the packed goal's eight sizes.
     args = benchmark.parse_args(["--sequence", "--sweep", "--packed", "--device", "cpu"])
     assert (args.steps, args.batches, args.fs) == ([128, 512], [16, 256], [(32, 128), (256, 512)])
