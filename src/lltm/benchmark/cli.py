@@ -151,12 +151,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse the command line."""
     parser = argparse.ArgumentParser(
         prog="python -m lltm.benchmark",
-        # Wrapped here: the raw formatter (for the epilog) keeps its lines.
+        # Wrapped by hand: the raw formatter, which keeps the epilog's command
+        # lines, keeps these too (the options' help is still wrapped).
         description="Time the LLTM training step: lltm against eager PyTorch, torch.compile,\n"
         "nn.LSTMCell and the GEMM floor. With --sequence, the LLTMLayer over whole\n"
         "sequences against nn.LSTM.",
         epilog=_EPILOG,
-        # The epilog's commands keep their lines; the options' help is wrapped.
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-b", "--batch-size", type=_positive, default=None, help="default 16")
