@@ -14,8 +14,10 @@ Each input is what ``python -m lltm.benchmark --json`` writes, or what
   wall and GPU time (ms), host ratio, the speedup over nn.LSTM, kernels.
 * ``--sequence --sweep``: the rows of every sweep file together (one process
   per precision, as the goals want), as the speedup tables of the layer over
-  nn.LSTM (rows T, columns B), the worst and median speedup, the GPU time per
-  step and the host ratio. ``--plot`` draws their heat map (``--plot-gpu``
+  nn.LSTM (rows T, columns B), the worst and median speedup, the packed /
+  padded ratio of ``--packed`` sweeps, the GPU time per step and the host
+  ratio; a precision run with ``--bidirectional`` or ``--packed`` has tables
+  of its own. ``--plot`` draws their heat map (``--plot-gpu``
   the same on GPU times) and ``--json`` writes them as one report. The
   sequence reports need lltm importable (they use
   :mod:`lltm.benchmark.sequence`).
@@ -126,6 +128,8 @@ def main(argv: list[str] | None = None) -> None:
                 "results": sweep_rows,
                 "summary": seq.sweep_summary(sweep_rows),
             }
+            if any(r.get("packed") for r in sweep_rows):
+                merged["packed_summary"] = seq.packed_summary(sweep_rows)
             Path(args.json).write_text(json.dumps(merged, indent=2))
         # Last: without matplotlib this stops, and the rest is done.
         if args.plot:

@@ -536,3 +536,264 @@ def test_sweep_heat_map_of_gpu_times(tmp_path: Path) -> None:
     path = tmp_path / "gpu.png"
     seq.plot_sweep(rows, str(path), metric="gpu")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- nn.LSTM's options: bidirectional and packed batches ----------------------------
+
+
+def test_packed_lengths_are_seeded_and_in_range() -> None:
+    lengths = seq.packed_lengths(128, 256, seed=0)
+    assert lengths.dtype == torch.int64
+    assert lengths.shape == (256,)
+    assert int(lengths.min()) >= 32
+    assert int(lengths.max()) <= 128
+    # Uniform over [32, 128]: both halves of the range are drawn.
+    assert int(lengths.min()) < 50
+    assert int(lengths.max()) > 110
+    assert torch.equal(lengths, seq.packed_lengths(128, 256, seed=0))
+    assert not torch.equal(lengths, seq.packed_lengths(128, 256, seed=1))
+    # T/4 rounds up, and never below one step.
+    assert int(seq.packed_lengths(10, 64).min()) >= 3
+    assert set(seq.packed_lengths(2, 64).tolist()) <= {1, 2}
+
+
+def test_the_options_variants_and_their_inputs() -> None:
+    """What each variant runs: both directions, the packed batch, and the same batch padded."""
+    cpu = torch.device("cpu")
+    options = seq.LayerOptions(bidirectional=True)
+    cases, errors = seq._variants(["layer", "nn.LSTM"], 5, 3, 2, 4, torch.float32, cpu, options)
+    assert errors == {}
+    assert cases["layer"].forward().shape == (5, 3, 8)  # both directions' h_t
+    assert cases["nn.LSTM"].forward().shape == (5, 3, 8)
+    names = ["loop-lltm", "layer", "layer-padded", "nn.LSTM"]
+    options = seq.LayerOptions(packed=True, lengths_seed=4)
+    cases, errors = seq._variants(names, 8, 6, 2, 4, torch.float32, cpu, options)
+    assert set(errors) == {"loop-lltm"}
+    lengths = seq.packed_lengths(8, 6, seed=4)
+    tokens, longest = int(lengths.sum()), int(lengths.max())
+    # The packed variants: their forward is the PackedSequence's data, a row per token,
+    # and the leaf that needs grad is that batch's data.
+    assert cases["layer"].forward().shape == (tokens, 4)
+    assert cases["nn.LSTM"].forward().shape == (tokens, 4)
+    data = cases["layer"].leaves[-1]
+    assert data.shape == (tokens, 2)
+    assert data.requires_grad
+    assert cases["nn.LSTM"].leaves[-1] is data
+    # layer-padded: the same layer on the same batch, padded to its longest sequence.
+    padded = cases["layer-padded"].leaves[-1]
+    assert padded.shape == (longest, 6, 2)
+    assert cases["layer-padded"].forward().shape == (longest, 6, 4)
+    assert cases["layer-padded"].leaves[:-1] == cases["layer"].leaves[:-1]
+    repacked = torch.nn.utils.rnn.pack_padded_sequence(padded, lengths, enforce_sorted=False)
+    assert torch.equal(repacked.data, data)
+    past_the_end = torch.arange(longest)[:, None] >= lengths[None, :]
+    assert padded[past_the_end].abs().sum() == 0
+    # The step's backward reaches the packed leaf.
+    cases["layer"].step()
+    assert data.grad is not None
+    assert data.grad.shape == data.shape
+
+
+def test_variants_the_options_rule_out() -> None:
+    both = seq.LayerOptions(bidirectional=True, packed=True)
+    assert seq.default_variants("cpu") == ["loop-python", "loop-lltm", "layer", "nn.LSTM"]
+    assert seq.default_variants("cpu", seq.LayerOptions(bidirectional=True)) == [
+        "layer",
+        "nn.LSTM",
+    ]
+    assert seq.default_variants("cpu", both) == ["layer", "layer-padded", "nn.LSTM"]
+    assert seq.default_variants("cuda", both) == [
+        "layer",
+        "layer-padded",
+        *seq.CUDA_VARIANTS,
+        "nn.LSTM",
+    ]
+    rows = seq.run_sequence(
+        3, 2, 3, 4, runs=1, warmup=1, progress=False, variants=["layer-padded", "layer"]
+    )
+    assert rows[0]["error"] == "only with packed (the layer on the packed batch, padded)"
+    rows = seq.run_sequence(
+        3, 2, 3, 4, runs=1, warmup=1, progress=False, variants=["loop-python"], packed=True
+    )
+    assert rows[0]["error"].startswith("the loops run one direction over every step")
+
+
+def test_bidirectional_sequence_json(capsys: pytest.CaptureFixture[str]) -> None:
+    benchmark.main(
+        [
+            *("--sequence", "3", "-b", "2", "-f", "3", "-s", "4", "--bidirectional"),
+            *("--device", "cpu", "--runs", "2", "--warmup", "1", "--json", "-"),
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    config = report["config"]
+    assert (config["bidirectional"], config["packed"], config["lengths_seed"]) == (
+        True,
+        False,
+        None,
+    )
+    rows = {r["variant"]: r for r in report["results"]}
+    assert list(rows) == ["layer", "nn.LSTM"]  # no loops: they run one direction
+    for r in rows.values():
+        assert (r["bidirectional"], r["packed"], r["lengths_seed"]) == (True, False, None)
+        assert "packed_vs_padded" not in r
+    layer, lstm = rows["layer"], rows["nn.LSTM"]
+    assert layer["vs_lstm"] == pytest.approx(lstm["median_ms"] / layer["median_ms"])
+    summary = report["summary"]["cpu"]["precisions"]["float32, bidirectional"]
+    assert summary["points"] == 1
+    assert summary["median"] == pytest.approx(layer["vs_lstm"])
+
+
+def test_packed_sizes_table_json_and_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Packed at two sizes: the three variants, the ratio of their times, the lengths, the summary."""
+    path = tmp_path / "packed.json"
+    benchmark.main(
+        [
+            *("--sequence", "--sizes", "8x4x3x5,6x3x3x5", "--packed", "--lengths-seed", "3"),
+            *("--device", "cpu", "--runs", "2", "--warmup", "1", "--json", str(path)),
+        ]
+    )
+    out = capsys.readouterr().out
+    report = json.loads(path.read_text())
+    config = report["config"]
+    assert (config["bidirectional"], config["packed"], config["lengths_seed"]) == (
+        False,
+        True,
+        3,
+    )
+    rows = report["results"]
+    assert [(r["steps"], r["variant"]) for r in rows] == [
+        (t, v) for t in (8, 6) for v in ("layer", "layer-padded", "nn.LSTM")
+    ]
+    ratios = []
+    for t, b in ((8, 4), (6, 3)):
+        lengths = seq.packed_lengths(t, b, seed=3)
+        by = {r["variant"]: r for r in rows if r["steps"] == t}
+        for r in by.values():
+            assert (r["packed"], r["lengths_seed"], r["bidirectional"]) == (True, 3, False)
+            assert r["padded_steps"] == int(lengths.max())
+            assert r["shortest"] == int(lengths.min())
+            assert r["fill"] == pytest.approx(int(lengths.sum()) / (b * int(lengths.max())))
+        ratio = by["layer"]["median_ms"] / by["layer-padded"]["median_ms"]
+        assert by["layer"]["packed_vs_padded"] == pytest.approx(ratio)
+        assert "packed_vs_padded" not in by["nn.LSTM"]
+        ratios.append(ratio)
+    packed = report["packed_summary"]["cpu"]["precisions"]["float32, packed"]
+    assert packed["points"] == 2
+    assert packed["worst"]["value"] == pytest.approx(max(ratios))
+    assert packed["median"] == pytest.approx(sum(ratios) / 2)
+    assert packed["above_goal"] == sum(1 for v in ratios if v > seq.PACKED_GOAL)
+    assert report["summary"]["cpu"]["precisions"]["float32, packed"]["points"] == 2
+    # The printed table: the options in the header and the rows, the ratio's column,
+    # the lengths of each size, and the worst and median over both sizes.
+    assert "packed: B sequences of lengths uniform in [ceil(T/4), T] (seed 3)" in out
+    header = next(line for line in out.splitlines() if line.startswith("T,B,F,S"))
+    assert header.rstrip().endswith("/padded")
+    layer_row = next(line for line in out.splitlines() if line.startswith("8,4,3,5"))
+    assert "float32, packed" in layer_row
+    assert layer_row.rstrip().endswith(f"{ratios[0]:.2f}")
+    assert f"8,4,3,5: lengths in [{rows[0]['shortest']}, {rows[0]['padded_steps']}] of T=8" in out
+    assert "cpu, float32, packed, 2 sizes: LLTMLayer over nn.LSTM: worst" in out
+    assert f"packed / padded: worst {max(ratios):.2f} at" in out
+
+
+def test_packed_bidirectional_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "sweep.json"
+    benchmark.main(
+        [
+            *("--sequence", "--sweep", "--packed", "--bidirectional", "--steps", "4"),
+            *("--batches", "2,3", "--fs", "3x4", "--device", "cpu", "--runs", "1"),
+            *("--warmup", "1", "--json", str(path)),
+        ]
+    )
+    out, err = capsys.readouterr()
+    report = json.loads(path.read_text())
+    config = report["config"]
+    assert config["variants"] == ["layer", "layer-padded", "nn.LSTM"]
+    assert (config["bidirectional"], config["packed"], config["lengths_seed"]) == (True, True, 0)
+    assert [(r["batch"], r["variant"]) for r in report["results"]] == [
+        (b, v) for b in (2, 3) for v in ("layer", "layer-padded", "nn.LSTM")
+    ]
+    setting = "float32, bidirectional, packed"
+    assert report["summary"]["precisions"][setting]["points"] == 2
+    assert report["packed_summary"]["precisions"][setting]["points"] == 2
+    assert f"[2/2] {setting} T=4 B=3 F=3 S=4" in err
+    assert "packed/padded" in err
+    assert f"| {setting}, F=3, S=4 | B=2 | B=3 |" in out
+    assert f"| {setting}, F=3, S=4, packed / padded | B=2 | B=3 |" in out
+    assert "| precision | points | worst | median | above 0.75 | n/a | fill |" in out
+    assert "The goal bidirectional and packed: at least 1.0x everywhere" in out
+    # bench_tables.py: the same tables, and the packed summary in its merged JSON.
+    tables = importlib.import_module("bench_tables")
+    merged = tmp_path / "merged.json"
+    tables.main([str(path), "--json", str(merged)])
+    assert f"| {setting}, F=3, S=4, packed / padded | B=2 | B=3 |" in capsys.readouterr().out
+    assert json.loads(merged.read_text())["packed_summary"]["overall"]["points"] == 2
+    # Without --steps/--batches/--fs, a packed sweep is the packed goal's eight sizes.
+    args = benchmark.parse_args(["--sequence", "--sweep", "--packed", "--device", "cpu"])
+    assert (args.steps, args.batches, args.fs) == ([128, 512], [16, 256], [(32, 128), (256, 512)])
+    assert args.lengths_seed == 0
+
+
+def test_packed_tables_from_known_rows() -> None:
+    """The packed / padded ratio's table and summary, from rows of known times."""
+
+    def packed(variant: str, t: int, b: int, wall: float) -> dict:
+        row = sequence_row(variant, t, b, wall) | {"packed": True, "lengths_seed": 0}
+        return row | {"fill": 0.625, "padded_steps": t, "shortest": t // 4}
+
+    rows = []
+    for t, b, layer, padded in ((8, 2, 1.2, 2.0), (8, 4, 1.8, 2.0), (16, 2, 1.0, 2.0)):
+        rows += [
+            packed("layer", t, b, layer) | {"packed_vs_padded": layer / padded},
+            packed("layer-padded", t, b, padded),
+            packed("nn.LSTM", t, b, 3.0),
+        ]
+    text = seq.format_sweep_tables(rows)
+    assert (
+        "| float32, packed, F=3, S=4, packed / padded | B=2 | B=4 |\n|---|---:|---:|\n"
+        "| T=8 | 0.60 | 0.90 |\n| T=16 | 0.50 |  |" in text
+    )
+    s = seq.packed_summary(rows)["precisions"]["float32, packed"]
+    assert (s["points"], s["missing"], s["above_goal"]) == (3, 0, 1)
+    assert s["worst"]["value"] == pytest.approx(0.9)
+    assert (s["worst"]["steps"], s["worst"]["batch"]) == (8, 4)
+    assert s["median"] == pytest.approx(0.6)
+    assert s["fill_median"] == 0.625
+    assert "| float32, packed | 3 | 0.90 at T=8, B=4, F=3, S=4 (float32, packed) | 0.60 | 1 |" in (
+        text
+    )
+    # Unpacked rows have no packed tables, and keep issue 12's goal.
+    plain = seq.format_sweep_tables([sequence_row("layer", 2, 1, 1.0)])
+    assert "packed / padded" not in plain
+    assert "a median of at least 1.3x" in plain
+    assert seq.packed_summary([sequence_row("layer", 2, 1, 1.0)])["precisions"] == {}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--packed"], r"--packed: only with --sequence"),
+        (["--bidirectional", "-b", "4"], r"--bidirectional: only with --sequence"),
+        (["--lengths-seed", "0"], r"--lengths-seed: only with --sequence"),
+        (["--sequence", "8", "--lengths-seed", "0"], r"--lengths-seed: only with --packed"),
+        (["--sequence", "8", "--packed", "--lengths-seed", "-1"], r"must be at least 0"),
+        (["--sequence", "8", "--variants", "layer-padded"], r"layer-padded: only with --packed"),
+        (
+            ["--sequence", "8", "--bidirectional", "--variants", "layer,loop-lltm"],
+            r"--variants loop-lltm with --bidirectional: the loops run one direction",
+        ),
+        (
+            ["--sequence", "--sweep", "--packed", "--variants", "loop-python"],
+            r"--variants loop-python with --packed",
+        ),
+    ],
+)
+def test_option_flags_that_cannot_apply_are_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit, match="2"):
+        benchmark.parse_args(argv)
+    assert re.search(message, capsys.readouterr().err)

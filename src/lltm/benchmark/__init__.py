@@ -18,6 +18,16 @@ prints the speedup tables in Markdown and ``--plot`` draws them as a heat map.
 ``--precision float32,float32-defaults,float16,bfloat16`` picks the dtypes and
 TF32 switches of a sequence run.
 
+``--sequence --bidirectional`` and ``--sequence --packed``, at sizes or in a
+sweep, give the layer and ``nn.LSTM`` those options of nn.LSTM's:
+both directions, or a ``PackedSequence`` of lengths drawn uniform in
+``[T/4, T]`` (``--lengths-seed``, default 0; recorded with the options in
+every row and the JSON's config). ``--packed`` adds ``layer-padded``, the
+layer on the same batch padded to its longest sequence, and reports the
+packed / padded time ratio beside the speedup over ``nn.LSTM``, with their
+worst and median over the sizes; ``--sweep --packed`` defaults to the packed
+goal's eight sizes. The goals' commands are in ``--help``.
+
 :mod:`lltm.benchmark.cli` holds the one command line of both.
 """
 

@@ -133,13 +133,31 @@ _SEQUENCE_DEFAULTS: dict[str, Any] = {"seconds": 2.0, "warmup": 3, "rounds": 5, 
 _SWEEP_DEFAULTS = {k: seq.SWEEP_OPTIONS[k] for k in ("seconds", "warmup", "rounds", "max_runs")}
 
 
+_EPILOG = """\
+the goals of nn.LSTM's options, the layer against nn.LSTM with the same options:
+  bidirectional, over the sweep, one process per precision:
+    python -m lltm.benchmark --sequence --sweep --bidirectional --precision float32
+    python -m lltm.benchmark --sequence --sweep --bidirectional --precision float16
+  packed, over its eight sizes (T 128,512 x B 16,256 x FxS 32x128,256x512), with
+  the packed / padded ratio:
+    python -m lltm.benchmark --sequence --sweep --packed
+  the CPU's, at T,B,F,S = 64,16,32,128:
+    python -m lltm.benchmark --sequence --sizes 64x16x32x128 --bidirectional --device cpu
+    python -m lltm.benchmark --sequence --sizes 64x16x32x128 --packed --device cpu
+"""
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse the command line."""
     parser = argparse.ArgumentParser(
         prog="python -m lltm.benchmark",
-        description="Time the LLTM training step: lltm against eager PyTorch, torch.compile, "
-        "nn.LSTMCell and the GEMM floor. With --sequence, the LLTMLayer over whole "
+        # Wrapped by hand: the raw formatter, which keeps the epilog's command
+        # lines, keeps these too (the options' help is still wrapped).
+        description="Time the LLTM training step: lltm against eager PyTorch, torch.compile,\n"
+        "nn.LSTMCell and the GEMM floor. With --sequence, the LLTMLayer over whole\n"
         "sequences against nn.LSTM.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-b", "--batch-size", type=_positive, default=None, help="default 16")
     parser.add_argument("-f", "--features", type=_positive, default=None, help="default 32")
@@ -194,7 +212,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=lambda text: text.split(","),
         default=None,
         help=f"comma-separated subset of {','.join(VARIANTS)} (default: all; with "
-        f"--sequence, of {','.join(seq.VARIANTS)}; --sweep: {','.join(seq.SWEEP_VARIANTS)})",
+        f"--sequence, of {','.join(seq.VARIANTS)}, where layer-padded needs --packed and the "
+        f"loops neither --packed nor --bidirectional; --sweep: {','.join(seq.SWEEP_VARIANTS)}, "
+        f"with --packed {','.join(seq.PACKED_VARIANTS)})",
     )
     sequence = parser.add_argument_group("sequences (--sequence)")
     sequence.add_argument(
@@ -215,20 +235,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--steps",
         type=_positive_list,
         default=None,
-        help=f"the sweep's T (default {','.join(map(str, seq.SWEEP_STEPS))})",
+        help=f"the sweep's T (default {','.join(map(str, seq.SWEEP_STEPS))}; with --packed "
+        f"{','.join(map(str, seq.PACKED_STEPS))})",
     )
     sequence.add_argument(
         "--batches",
         type=_positive_list,
         default=None,
-        help=f"the sweep's B (default {','.join(map(str, seq.SWEEP_BATCHES))})",
+        help=f"the sweep's B (default {','.join(map(str, seq.SWEEP_BATCHES))}; with --packed "
+        f"{','.join(map(str, seq.PACKED_BATCHES))})",
     )
     sequence.add_argument(
         "--fs",
         type=_fs_list,
         default=None,
         help="the sweep's FEATURESxSTATE pairs (default "
-        f"{','.join(f'{f}x{s}' for f, s in seq.SWEEP_FS)})",
+        f"{','.join(f'{f}x{s}' for f, s in seq.SWEEP_FS)}; with --packed "
+        f"{','.join(f'{f}x{s}' for f, s in seq.PACKED_FS)})",
     )
     sequence.add_argument(
         "--precision",
@@ -237,6 +260,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"comma-separated subset of {','.join(seq.PRECISIONS)} (default: --dtype's; "
         "float32 turns TF32 off for cuBLAS and cuDNN, float32-defaults keeps torch's, "
         "where cuDNN uses TF32)",
+    )
+    sequence.add_argument(
+        "--bidirectional",
+        action="store_true",
+        help="the layer and nn.LSTM both run both directions",
+    )
+    sequence.add_argument(
+        "--packed",
+        action="store_true",
+        help="the layer and nn.LSTM take a PackedSequence of lengths uniform in [T/4, T] "
+        "(backward from its .data.sum()), beside layer-padded, the layer on the same batch "
+        "padded to its longest sequence; the table gives the packed / padded time ratio",
+    )
+    sequence.add_argument(
+        "--lengths-seed",
+        type=_non_negative,
+        default=None,
+        metavar="SEED",
+        help="with --packed: the seed of the lengths (default 0)",
     )
     sequence.add_argument(
         "--no-gpu-time",
@@ -270,7 +312,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def _given(args: argparse.Namespace, *names: str) -> list[str]:
     """The options among ``names`` (dests) given on the command line, spelt as options."""
-    return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) not in (None, False)]
+    # By identity: a given 0 (--lengths-seed 0) is given, though 0 == False.
+    return [
+        f"--{n.replace('_', '-')}"
+        for n in names
+        if getattr(args, n) is not None and getattr(args, n) is not False
+    ]
 
 
 def _fill(args: argparse.Namespace, defaults: dict[str, Any]) -> None:
@@ -304,7 +351,8 @@ def _shape_or_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 def _check_cell_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse the sequence-only options, then fill in the cell benchmark's defaults."""
-    if wrong := _given(args, "sweep", "steps", "batches", "fs", "precision", "no_gpu_time"):
+    sequence_only = ("sweep", "steps", "batches", "fs", "precision", "no_gpu_time")
+    if wrong := _given(args, *sequence_only, "bidirectional", "packed", "lengths_seed"):
         parser.error(f"{', '.join(wrong)}: only with --sequence")
     _fill(args, _CELL_DEFAULTS)
     args.sizes = _shape_or_sizes(parser, args)
@@ -329,8 +377,31 @@ def _check_sequence_args(parser: argparse.ArgumentParser, args: argparse.Namespa
         parser.error("--warmup 0 with --sequence: every variant's first call is untimed")
     args.precision = args.precision or [args.dtype or "float32"]
     _check_variants(parser, args, seq.VARIANTS, "with --sequence ")
+    _check_options(parser, args)
     check = _check_sweep_args if args.sweep else _check_sizes_args
     _fill(args, check(parser, args))
+
+
+def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse variants that ``--bidirectional``/``--packed`` rule out; set ``args.lengths_seed``.
+
+    The seed stays None unpacked, so that the results record none.
+    """
+    if args.lengths_seed is not None and not args.packed:
+        parser.error("--lengths-seed: only with --packed (the seed of its lengths)")
+    if args.packed and args.lengths_seed is None:
+        args.lengths_seed = 0
+    flags = [
+        f for f, on in (("--bidirectional", args.bidirectional), ("--packed", args.packed)) if on
+    ]
+    for name in args.variants or []:
+        if name == "layer-padded" and not args.packed:
+            parser.error("--variants layer-padded: only with --packed (the packed batch, padded)")
+        if name.startswith("loop-") and flags:
+            parser.error(
+                f"--variants {name} with {', '.join(flags)}: the loops run one direction "
+                "over every step"
+            )
 
 
 def _check_sweep_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
@@ -343,10 +414,12 @@ def _check_sweep_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
         args.device = "cuda" if "cuda" in lltm.available_backends() else "cpu"
     if "," in args.device:
         parser.error(f"--device {args.device}: --sweep runs on one device")
-    args.steps = args.steps or list(seq.SWEEP_STEPS)
-    args.batches = args.batches or list(seq.SWEEP_BATCHES)
-    args.fs = args.fs or list(seq.SWEEP_FS)
-    args.variants = args.variants or list(seq.SWEEP_VARIANTS)
+    # The packed goal has a grid of its own: its default.
+    packed = args.packed
+    args.steps = args.steps or list(seq.PACKED_STEPS if packed else seq.SWEEP_STEPS)
+    args.batches = args.batches or list(seq.PACKED_BATCHES if packed else seq.SWEEP_BATCHES)
+    args.fs = args.fs or list(seq.PACKED_FS if packed else seq.SWEEP_FS)
+    args.variants = args.variants or list(seq.PACKED_VARIANTS if packed else seq.SWEEP_VARIANTS)
     return _SWEEP_DEFAULTS
 
 
@@ -374,6 +447,7 @@ def _check_sizes_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
 
 def main_sequence(args: argparse.Namespace) -> None:
     """``--sequence``: the layer over T steps, per device, size and precision, or a sweep."""
+    layer_options = seq.LayerOptions(args.bidirectional, args.packed, args.lengths_seed or 0)
     options = {
         "runs": args.runs,
         "seconds": args.seconds,
@@ -383,11 +457,17 @@ def main_sequence(args: argparse.Namespace) -> None:
         "variants": args.variants,
         "gpu_time": not args.no_gpu_time,
         "launches": args.launches,
+        "bidirectional": layer_options.bidirectional,
+        "packed": layer_options.packed,
+        "lengths_seed": layer_options.lengths_seed,
     }
     config = {
         "mode": "sweep" if args.sweep else "sequence",
         "precisions": args.precision,
         **{k: v for k, v in options.items() if k != "variants"},
+        # The seed only where lengths were drawn; how they were drawn, packed.
+        **layer_options.fields(),
+        "lengths": "uniform in [ceil(T/4), T]" if args.packed else None,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
@@ -412,6 +492,8 @@ def main_sequence(args: argparse.Namespace) -> None:
             args.steps, args.batches, args.fs, args.precision, chosen[0], on_point=save, **options
         )
         report = {"config": config, "results": results, "summary": seq.sweep_summary(results)}
+        if args.packed:
+            report["packed_summary"] = seq.packed_summary(results)
         text = seq.format_sweep_tables(results)
     else:
         config.update(sizes=[list(s) for s in args.sizes], variants=args.variants)
@@ -422,15 +504,27 @@ def main_sequence(args: argparse.Namespace) -> None:
             for precision in args.precision
             for row in seq.run_sequence(*size, device=device, precision=precision, **options)
         ]
-        report = {"config": config, "results": results}
+        # Per device: the worst and median over its sizes and precisions.
+        by_device = {str(d): [r for r in results if r["device"] == str(d)] for d in chosen}
+        report = {
+            "config": config,
+            "results": results,
+            "summary": {d: seq.sweep_summary(rows) for d, rows in by_device.items()},
+        }
+        if args.packed:
+            report["packed_summary"] = {
+                d: seq.packed_summary(rows) for d, rows in by_device.items()
+            }
         text = seq.format_sequence_table(results)
+        if summary := seq.format_sequence_summary(results):
+            text += "\n\n" + summary
     if args.json == "-":
         print(json.dumps(report, indent=2))  # noqa: T201
     else:
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=2))
         for device in chosen:
-            print(seq.describe(args.precision, device))  # noqa: T201
+            print(seq.describe(args.precision, device, layer_options))  # noqa: T201
         print(text, flush=True)  # noqa: T201
     # Last: without matplotlib this stops, and the tables are out already.
     if args.plot:

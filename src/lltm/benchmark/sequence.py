@@ -14,8 +14,27 @@ On CUDA the device is synchronized before each clock read. Variants:
   ``layer-fused``, with ``LLTM_SEQUENCE_PATH`` forcing each path (``layer``
   takes the one ``auto`` picks). A forced path that does not fit, or that this build does not know,
   is reported as n/a;
+* ``layer-padded`` (``packed`` only): the same layer on the same batch
+  padded to its longest sequence, the lengths ignored;
 * ``nn.LSTM``: PyTorch's LSTM at the same sizes (cuDNN on the GPU, oneDNN
   on the CPU), which does the work of 4 gates to the LLTM's 3.
+
+nn.LSTM's options (:class:`LayerOptions`), for the layer and ``nn.LSTM``
+alike; the loops run one direction over every step, so they are n/a with
+either:
+
+* ``bidirectional``: both run both directions (output ``2S`` features);
+* ``packed``: a batch of B sequences whose lengths are drawn uniform in
+  ``[ceil(T/4), T]`` with ``lengths_seed`` (:func:`packed_lengths`: every
+  variant and run sees the same lengths), zero past each end, packed once
+  outside the timed call (``pack_padded_sequence(..., enforce_sorted=False)``).
+  The variants take the ``PackedSequence``, whose ``.data`` is the leaf that
+  needs grad, and the backward runs from ``output.data.sum()``.
+  ``packed_vs_padded`` = the ``layer``'s wall time / ``layer-padded``'s: the
+  issue's goal is at most :data:`PACKED_GOAL`. ``fill`` = the tokens / the
+  padded batch's cells, the ratio that a time proportional to the tokens
+  would give (about 0.63 for these lengths). The packed layer refuses
+  CUDA-graph capture, so its GPU time is n/a.
 
 Two times per variant:
 
@@ -52,6 +71,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 import lltm
 from lltm.reference import lltm_reference, lltm_sequence_reference
@@ -62,6 +82,11 @@ from ._common import progress as _progress
 __all__ = [
     "CUDA_VARIANTS",
     "HOST_RATIO_GOAL",
+    "PACKED_BATCHES",
+    "PACKED_FS",
+    "PACKED_GOAL",
+    "PACKED_STEPS",
+    "PACKED_VARIANTS",
     "PRECISIONS",
     "SPEEDUP_GOAL_MEDIAN",
     "SPEEDUP_GOAL_WORST",
@@ -72,11 +97,17 @@ __all__ = [
     "SWEEP_VARIANTS",
     "VARIANTS",
     "GraphTime",
+    "LayerOptions",
     "Precision",
+    "default_variants",
     "format_sequence_markdown",
+    "format_sequence_summary",
     "format_sequence_table",
     "format_sweep_tables",
     "graph_time",
+    "not_applicable",
+    "packed_lengths",
+    "packed_summary",
     "plot_sweep",
     "run_sequence",
     "run_sweep",
@@ -87,6 +118,7 @@ VARIANTS = (
     "loop-python",
     "loop-lltm",
     "layer",
+    "layer-padded",
     "layer-persistent",
     "layer-cluster",
     "layer-steps",
@@ -118,6 +150,13 @@ SWEEP_OPTIONS: dict[str, Any] = {
 # Issue 12's goals: at least 1.0x everywhere, a median of 1.3x, and eager wall
 # time at most 1.15x the CUDA-graph replay's.
 SPEEDUP_GOAL_WORST, SPEEDUP_GOAL_MEDIAN, HOST_RATIO_GOAL = 1.0, 1.3, 1.15
+# The packed goal's grid (what `--sweep --packed` runs by default), its
+# variants, and its bound on the packed layer's time / the padded layer's.
+PACKED_STEPS = (128, 512)
+PACKED_BATCHES = (16, 256)
+PACKED_FS = ((32, 128), (256, 512))
+PACKED_VARIANTS = ("layer", "layer-padded", "nn.LSTM")
+PACKED_GOAL = 0.75
 
 Step = Callable[[], Tensor]
 
@@ -198,6 +237,75 @@ def _precision(p: Precision) -> Iterator[None]:
         torch.set_float32_matmul_precision(old[2])
 
 
+@dataclass(frozen=True)
+class LayerOptions:
+    """nn.LSTM's options that the layer and ``nn.LSTM`` both take in a run."""
+
+    bidirectional: bool = False
+    packed: bool = False
+    # The seed of the packed batch's lengths (packed_lengths).
+    lengths_seed: int = 0
+
+    @property
+    def label(self) -> str:
+        """``bidirectional, packed``: the options set, as the tables name them ('' for none)."""
+        return ", ".join(n for n in ("bidirectional", "packed") if getattr(self, n))
+
+    def fields(self) -> dict[str, Any]:
+        """What each result row records of the options (the seed only where it was used)."""
+        return {
+            "bidirectional": self.bidirectional,
+            "packed": self.packed,
+            "lengths_seed": self.lengths_seed if self.packed else None,
+        }
+
+
+def packed_lengths(steps: int, batch: int, seed: int = 0) -> Tensor:
+    """``batch`` lengths drawn uniform in ``[ceil(steps / 4), steps]`` (int64, CPU).
+
+    Drawn by a generator of their own, on the CPU: the same ``seed`` gives
+    the same lengths to every variant, run and device.
+    """
+    shortest = max(1, math.ceil(steps / 4))
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(shortest, steps + 1, (batch,), generator=gen)
+
+
+def _lengths_fields(steps: int, batch: int, options: LayerOptions) -> dict[str, Any]:
+    """A packed point's lengths: the shortest, the longest (the padded batch's T), the fill."""
+    if not options.packed:
+        return {}
+    lengths = packed_lengths(steps, batch, options.lengths_seed)
+    longest = int(lengths.max())
+    return {
+        "shortest": int(lengths.min()),
+        "padded_steps": longest,
+        # The tokens / the padded batch's cells: a time proportional to the
+        # tokens would give this packed / padded ratio.
+        "fill": int(lengths.sum()) / (batch * longest),
+    }
+
+
+def not_applicable(name: str, options: LayerOptions) -> str | None:
+    """Why variant ``name`` cannot run with ``options`` (None: it can)."""
+    if name.startswith("loop-") and (options.bidirectional or options.packed):
+        return f"the loops run one direction over every step: not with {options.label}"
+    if name == "layer-padded" and not options.packed:
+        return "only with packed (the layer on the packed batch, padded)"
+    return None
+
+
+def default_variants(device: str | torch.device, options: LayerOptions | None = None) -> list[str]:
+    """The variants that :func:`run_sequence` runs when given none: all that apply here."""
+    device = torch.device(device)
+    options = options or LayerOptions()
+    return [
+        n
+        for n in VARIANTS
+        if (device.type == "cuda" or n not in CUDA_VARIANTS) and not_applicable(n, options) is None
+    ]
+
+
 @dataclass
 class _Variant:
     """One variant's forward, its forced path and the leaves whose grads it clears."""
@@ -217,6 +325,31 @@ class _Variant:
         self.forward().sum().backward()
 
 
+def _inputs(
+    x: Tensor, options: LayerOptions
+) -> tuple[Tensor | PackedSequence, Tensor, Tensor | None]:
+    """What the layer and nn.LSTM take, the leaf of it that needs grad, and the padded batch.
+
+    Unpacked, ``x`` itself (made a leaf), and no padded batch. Packed, the
+    batch zeroed past each sequence's end and packed once, here, so that the
+    timed calls hold no packing; and a copy of it cut at the longest
+    sequence (what ``pad_packed_sequence`` would give) for ``layer-padded``.
+    """
+    if not options.packed:
+        return x.requires_grad_(), x, None
+    steps, batch = x.shape[:2]
+    lengths = packed_lengths(steps, batch, options.lengths_seed)
+    inside = torch.arange(steps)[:, None] < lengths[None, :]
+    x = x * inside.to(device=x.device, dtype=x.dtype).unsqueeze(-1)
+    packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+    data = packed.data.detach().requires_grad_()
+    sequences = PackedSequence(
+        data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices
+    )
+    padded = x[: int(lengths.max())].detach().clone().requires_grad_()
+    return sequences, data, padded
+
+
 def _variants(
     names: Sequence[str],
     steps: int,
@@ -225,22 +358,33 @@ def _variants(
     state: int,
     dtype: torch.dtype,
     device: torch.device,
+    options: LayerOptions | None = None,
 ) -> tuple[dict[str, _Variant], dict[str, str]]:
     """The variants in ``names`` that can run here, and why the others cannot.
 
     Only what the named variants need is allocated: a sweep of the layer and
     nn.LSTM builds no cell.
     """
+    options = options or LayerOptions()
     # Drawn where it is used: on the CPU, the sweep's largest inputs (half a
     # billion numbers) would take seconds each.
     gen = torch.Generator(device=device).manual_seed(42)
     x = torch.randn(steps, batch, features, generator=gen, device=device).to(dtype)
-    x.requires_grad_()
+    source, leaf, padded = _inputs(x, options)
+
+    def output_of(module: nn.Module) -> Step:
+        # A packed output's data is all its steps (no padding to sum over).
+        if isinstance(source, PackedSequence):
+            return lambda: module(source)[0].data
+        return lambda: module(source)[0]
+
     cases: dict[str, _Variant] = {}
-    errors: dict[str, str] = {}
+    errors = {n: why for n in names if (why := not_applicable(n, options)) is not None}
+    names = [n for n in names if n not in errors]
     layer: lltm.LLTMLayer | None = None
-    if any(n == "layer" or n in _FORCED_PATHS for n in names):
-        layer = lltm.LLTMLayer(features, state).to(device=device, dtype=dtype)
+    if any(n in ("layer", "layer-padded") or n in _FORCED_PATHS for n in names):
+        layer = lltm.LLTMLayer(features, state, bidirectional=options.bidirectional)
+        layer.to(device=device, dtype=dtype)
     if any(n.startswith("loop-") for n in names):
         cell = lltm.LLTM(features, state).to(device=device, dtype=dtype)
         if layer is not None:
@@ -260,16 +404,21 @@ def _variants(
             if name in names:
                 cases[name] = _Variant(loop(fn), None, leaves)
     if layer is not None:
-        leaves = [*layer.parameters(), x]
+        leaves = [*layer.parameters(), leaf]
         for name in ("layer", *_FORCED_PATHS):
             if name not in names:
                 continue
             if name in _FORCED_PATHS and device.type != "cuda":
                 errors[name] = "CUDA only"
                 continue
-            cases[name] = _Variant(lambda: layer(x)[0], _FORCED_PATHS.get(name), leaves)
+            cases[name] = _Variant(output_of(layer), _FORCED_PATHS.get(name), leaves)
+        if "layer-padded" in names and padded is not None:
+            cases["layer-padded"] = _Variant(
+                lambda: layer(padded)[0], None, [*layer.parameters(), padded]
+            )
     if "nn.LSTM" in names:
-        lstm = nn.LSTM(features, state).to(device=device, dtype=dtype)
+        lstm = nn.LSTM(features, state, bidirectional=options.bidirectional)
+        lstm.to(device=device, dtype=dtype)
         # .to() may leave the weights in separate chunks; cuDNN then copies
         # them at every call. bf16 cannot be flattened (it stays a no-op).
         lstm.flatten_parameters()
@@ -279,7 +428,7 @@ def _variants(
         storages = {w.untyped_storage().data_ptr() for w in weights}
         flat = len(storages) == 1 if device.type == "cuda" else None
         cases["nn.LSTM"] = _Variant(
-            lambda: lstm(x)[0], None, [*lstm.parameters(), x], {"weights_flat": flat}
+            output_of(lstm), None, [*lstm.parameters(), leaf], {"weights_flat": flat}
         )
     return cases, errors
 
@@ -521,6 +670,9 @@ def run_sequence(
     gpu_time: bool = True,
     launches: bool = False,
     progress: bool = True,
+    bidirectional: bool = False,
+    packed: bool = False,
+    lengths_seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Time forward + backward of every variant over ``steps`` steps.
 
@@ -542,10 +694,16 @@ def run_sequence(
         warmup: untimed iterations per variant first (at least 1).
         rounds: how often the variants take turns.
         variants: a subset of :data:`VARIANTS` (default: all that run on
-            ``device``; one for CUDA only is n/a elsewhere).
+            ``device`` with these options, :func:`default_variants`; one for
+            CUDA only is n/a elsewhere, as is one that the options rule out).
         gpu_time: on CUDA, also time each variant as a CUDA graph replay.
         launches: on CUDA, count each variant's GPU operations (torch.profiler).
         progress: report each round on stderr.
+        bidirectional: the layer and nn.LSTM run both directions.
+        packed: the layer and nn.LSTM take a ``PackedSequence`` of lengths
+            uniform in ``[ceil(T/4), T]``; ``layer-padded`` the same batch
+            padded (see the module's docstring).
+        lengths_seed: the seed of the packed batch's lengths.
 
     Returns:
         One dict per variant: ``variant``, ``device``, ``dtype``,
@@ -558,18 +716,24 @@ def run_sequence(
         than nn.LSTM), ``gpu_vs_lstm`` (the same on GPU times) and
         ``vs_loop_lltm`` (against the loop of ``lltm.LLTM``); nn.LSTM's row
         also has ``weights_flat`` (on CUDA: whether its weights share the one
-        buffer that cuDNN needs, else it copies them per call). A variant that
-        cannot run here (a path forced where it does not fit, or unknown to
-        this build; CUDA-only; out of memory) has ``error`` instead of times.
+        buffer that cuDNN needs, else it copies them per call). Every row
+        records the options, ``bidirectional``, ``packed`` and
+        ``lengths_seed`` (None unpacked); packed, also ``shortest`` and
+        ``padded_steps`` (the longest length: ``layer-padded``'s T) and
+        ``fill`` (the tokens / ``batch * padded_steps``), and the ``layer``
+        row ``packed_vs_padded`` (its wall median / ``layer-padded``'s: below
+        1 the packing saves time). A variant that cannot run here (a path
+        forced where it does not fit, or unknown to this build; CUDA-only;
+        ruled out by the options; out of memory) has ``error`` instead of times.
     """
     name = precision or _DTYPE_PRECISION.get(dtype)
     if name not in PRECISIONS:
         msg = f"precision {name!r}: choose from {', '.join(PRECISIONS)}"
         raise ValueError(msg)
     device = torch.device(device)
+    options = LayerOptions(bidirectional, packed, lengths_seed)
     # By default, what runs here; a CUDA-only variant asked for on the CPU is n/a.
-    every = [n for n in VARIANTS if device.type == "cuda" or n not in CUDA_VARIANTS]
-    names = list(variants) if variants else every
+    names = list(variants) if variants else default_variants(device, options)
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         msg = f"unknown variants {unknown}; choose from {list(VARIANTS)}"
@@ -589,6 +753,7 @@ def run_sequence(
             gpu_time=gpu_time,
             launches=launches,
             progress=progress,
+            options=options,
         )
     if device.type == "cuda":
         # A sweep's sizes differ by 1000x: give the cached blocks back (the
@@ -670,10 +835,12 @@ def _run_point(
     gpu_time: bool,
     launches: bool,
     progress: bool,
+    options: LayerOptions,
 ) -> list[dict[str, Any]]:
     steps, batch, features, state = size
-    label = f"T={steps} B={batch} F={features} S={state} {precision.name} {device}"
-    cases, errors = _variants(names, *size, precision.dtype, device)
+    setting = ", ".join(filter(None, (precision.name, options.label)))
+    label = f"T={steps} B={batch} F={features} S={state} {setting} {device}"
+    cases, errors = _variants(names, *size, precision.dtype, device, options)
     probe: dict[str, float] = {}
     for name in names:
         if name in errors:
@@ -705,7 +872,7 @@ def _run_point(
     graphs, counts = _gpu_measures(
         cases, medians, device, seconds, gpu_time=gpu_time, launches=launches
     )
-    rows = _rows(size, precision, device, names, errors, samples, runs, graphs, counts)
+    rows = _rows(size, precision, device, names, errors, samples, runs, graphs, counts, options)
     for row in rows:
         if row["variant"] in cases:
             row.update(cases[row["variant"]].info)
@@ -722,8 +889,11 @@ def _rows(
     runs: int,
     graphs: dict[str, GraphTime],
     counts: dict[str, int | None],
+    options: LayerOptions | None = None,
 ) -> list[dict[str, Any]]:
     """The result rows of one point, as :func:`run_sequence` documents them."""
+    options = options or LayerOptions()
+    lengths = _lengths_fields(size[0], size[1], options)
     steps, batch, features, state = size
     live = [n for n in names if n not in errors]
     medians = {n: statistics.median(samples[n]) for n in live}
@@ -742,6 +912,8 @@ def _rows(
             "matmul_tf32": precision.matmul_tf32,
             "cudnn_tf32": precision.cudnn_tf32,
             "tf32": precision.matmul_tf32,
+            **options.fields(),
+            **lengths,
         }
         if name in errors:
             row["error"] = errors[name]
@@ -767,6 +939,10 @@ def _rows(
         row["gpu_vs_lstm"] = (
             gpu["nn.LSTM"] / gpu[name] if name in gpu and "nn.LSTM" in gpu else None
         )
+        if name == "layer" and options.packed:
+            # The packed goal's ratio: below 1, the layer gains from the lengths.
+            padded = medians.get("layer-padded")
+            row["packed_vs_padded"] = medians[name] / padded if padded else None
         results.append(row)
     return results
 
@@ -778,7 +954,7 @@ def run_sweep(
     precisions: Sequence[str] = ("float32", "float16"),
     device: str | torch.device = "cpu",
     *,
-    variants: Sequence[str] = SWEEP_VARIANTS,
+    variants: Sequence[str] | None = None,
     progress: bool = True,
     on_point: Callable[[list[dict[str, Any]]], None] | None = None,
     **options: Any,
@@ -787,14 +963,17 @@ def run_sweep(
 
     Each point is :func:`run_sequence` with ``options`` (its ``runs``,
     ``seconds``, ``min_runs``, ``max_runs``, ``warmup``, ``rounds``,
-    ``gpu_time`` and ``launches``), by default those of
-    :data:`SWEEP_OPTIONS`: a budget of ``seconds`` for the timed runs of each
-    point. Progress goes to stderr, one line per point, and ``on_point`` gets
-    the rows so far after each point (to save them: a sweep cut short by a
-    timeout keeps what it measured). Returns the rows of every point, as
-    :func:`run_sequence` does.
+    ``gpu_time``, ``launches``, ``bidirectional``, ``packed`` and
+    ``lengths_seed``), by default those of :data:`SWEEP_OPTIONS`: a budget of
+    ``seconds`` for the timed runs of each point. ``variants`` defaults to
+    :data:`SWEEP_VARIANTS`, packed to :data:`PACKED_VARIANTS`. Progress goes to
+    stderr, one line per point, and ``on_point`` gets the rows so far after
+    each point (to save them: a sweep cut short by a timeout keeps what it
+    measured). Returns the rows of every point, as :func:`run_sequence` does.
     """
     options = {**SWEEP_OPTIONS, **options}
+    if variants is None:
+        variants = PACKED_VARIANTS if options.get("packed") else SWEEP_VARIANTS
     points = [(p, f, s, t, b) for p in precisions for f, s in fs for t in steps for b in batches]
     results: list[dict[str, Any]] = []
     start = time.perf_counter()
@@ -825,9 +1004,12 @@ def run_sweep(
                 gpu = f", gpu {r['gpu_ms']:.3g}" if r.get("gpu_ms") is not None else ""
                 parts.append(f"{name} {r['median_ms']:.3g} ms{gpu}")
             speedup = by.get("layer", {}).get("vs_lstm")
+            padded = by.get("layer", {}).get("packed_vs_padded")
+            setting = _setting(rows[0]) if rows else p
             _progress(
-                f"[{i + 1}/{len(points)}] {p} T={t} B={b} F={f} S={s}: {'; '.join(parts)}"
-                f"{f' -> {speedup:.2f}x' if speedup else ''} "
+                f"[{i + 1}/{len(points)}] {setting} T={t} B={b} F={f} S={s}: {'; '.join(parts)}"
+                f"{f' -> {speedup:.2f}x' if speedup else ''}"
+                f"{f', packed/padded {padded:.2f}' if padded else ''} "
                 f"({elapsed:.0f} s, ~{elapsed / (i + 1) * (len(points) - i - 1):.0f} s left)"
             )
     return results
@@ -844,27 +1026,59 @@ def _num(value: float | None, spec: str = ".3f") -> str:
     return format(value, spec) if value is not None else "-"
 
 
+def _setting(r: dict[str, Any]) -> str:
+    """A row's precision and options: ``float32``, ``float16, bidirectional, packed``.
+
+    The tables and summaries group by it, so that runs with other options
+    never share a cell.
+    """
+    options = [n for n in ("bidirectional", "packed") if r.get(n)]
+    return ", ".join([r.get("precision", r["dtype"]), *options])
+
+
 def _cells(r: dict[str, Any]) -> tuple[str, str, str, str]:
-    """A row's size, precision, host ratio and kernel count, as both tables print them."""
+    """A row's size, setting, host ratio and kernel count, as both tables print them."""
     size = f"{r['steps']},{r['batch']},{r['features']},{r['state']}"
     host = f"{r['host_ratio']:.2f}" if r.get("host_ratio") is not None else "-"
     kernels = str(r["launches"]) if r.get("launches") is not None else "-"
-    return size, r.get("precision", r["dtype"]), host, kernels
+    return size, _setting(r), host, kernels
+
+
+def _lengths_notes(results: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per packed point: its lengths, the padded batch's T and the fill."""
+    notes = {}
+    for r in results:
+        if r.get("packed") and r.get("padded_steps") is not None:
+            size, *_ = _cells(r)
+            notes[size] = (
+                f"{size}: lengths in [{r['shortest']}, {r['padded_steps']}] of T={r['steps']} "
+                f"(seed {r['lengths_seed']}); layer-padded runs {r['padded_steps']} steps; "
+                f"fill {r['fill']:.2f}"
+            )
+    return list(notes.values())
 
 
 def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
-    """Render :func:`run_sequence`'s results as a fixed-width table."""
+    """Render :func:`run_sequence`'s results as a fixed-width table.
+
+    Packed, the ``layer`` row's ``/padded`` column is its wall time / the
+    padded layer's, and a line per point gives the lengths.
+    """
     with_launches = any(r.get("launches") is not None for r in results)
+    with_padded = any(r.get("packed") for r in results)
+    width = max([18, *(len(_setting(r)) + 2 for r in results)])
     header = (
-        f"{'T,B,F,S':<18}{'precision':<18}{'variant':<18}{'wall ms':>10}{'min ms':>10}"
+        f"{'T,B,F,S':<18}{'precision':<{width}}{'variant':<18}{'wall ms':>10}{'min ms':>10}"
         f"{'gpu ms':>10}{'host x':>8}{'vs LSTM':>9}{'gpu vs':>8}{'vs loop':>9}{'runs':>6}"
     )
+    if with_padded:
+        header += f"{'/padded':>9}"
     if with_launches:
         header += f"{'kernels':>9}"
     lines = [header, "-" * len(header)]
     for r in results:
-        size, precision, host, kernels = _cells(r)
-        prefix = f"{size:<18}{precision:<18}{r['variant']:<18}"
+        size, setting, host, kernels = _cells(r)
+        prefix = f"{size:<18}{setting:<{width}}{r['variant']:<18}"
         if "error" in r:
             lines.append(f"{prefix}  n/a: {r['error']}")
             continue
@@ -873,6 +1087,8 @@ def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
             f"{host:>8}{_ratio(r.get('vs_lstm')):>9}{_ratio(r.get('gpu_vs_lstm')):>8}"
             f"{_ratio(r.get('vs_loop_lltm')):>9}{r.get('runs', '-'):>6}"
         )
+        if with_padded:
+            line += f"{_num(r.get('packed_vs_padded'), '.2f'):>9}"
         if with_launches:
             line += f"{kernels:>9}"
         lines.append(line)
@@ -892,36 +1108,50 @@ def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
             f"nn.LSTM's weights are not flat in {', '.join(unflat)}: cuDNN copies them at "
             "every call"
         )
+    if with_padded:
+        lines.append(
+            f"/padded: the packed layer's wall time / layer-padded's (the goal: at most "
+            f"{PACKED_GOAL}); fill: the tokens / the padded batch's cells"
+        )
+        lines += _lengths_notes(results)
     return "\n".join(lines)
 
 
 def format_sequence_markdown(results: Sequence[dict[str, Any]]) -> str:
     """:func:`run_sequence`'s results as one Markdown table (times in ms)."""
+    with_padded = any(r.get("packed") for r in results)
+    extra = " packed / padded |" if with_padded else ""
     lines = [
         "| T,B,F,S | precision | variant | wall ms | GPU ms | host ratio | vs nn.LSTM | "
-        + "GPU vs nn.LSTM | kernels |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        + "GPU vs nn.LSTM | kernels |"
+        + extra,
+        "|---|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if with_padded else ""),
     ]
     for r in results:
-        size, precision, host, kernels = _cells(r)
-        head = f"| {size} | {precision} | {r['variant']} |"
-        lines.append(
-            f"{head} n/a | | | | | |"
-            if "error" in r
-            else f"{head} {r['median_ms']:.3f} | {_num(r.get('gpu_ms'))} | {host} | "
+        size, setting, host, kernels = _cells(r)
+        head = f"| {size} | {setting} | {r['variant']} |"
+        if "error" in r:
+            lines.append(f"{head} n/a | | | | | |" + (" |" if with_padded else ""))
+            continue
+        line = (
+            f"{head} {r['median_ms']:.3f} | {_num(r.get('gpu_ms'))} | {host} | "
             f"{_ratio(r.get('vs_lstm'))} | {_ratio(r.get('gpu_vs_lstm'))} | {kernels} |"
         )
-    return "\n".join(lines)
+        if with_padded:
+            line += f" {_num(r.get('packed_vs_padded'), '.2f')} |"
+        lines.append(line)
+    notes = [f"- {n}" for n in _lengths_notes(results)]
+    return "\n".join(lines + (["", *notes] if notes else []))
 
 
 Grid = dict[tuple[str, int, int], dict[tuple[int, int], dict[str, dict[str, Any]]]]
 
 
 def _grid(results: Sequence[dict[str, Any]]) -> Grid:
-    """The rows by (precision, F, S), then (T, B), then variant."""
+    """The rows by (setting: the precision and options, F, S), then (T, B), then variant."""
     grid: Grid = {}
     for r in results:
-        key = (r.get("precision", r["dtype"]), r["features"], r["state"])
+        key = (_setting(r), r["features"], r["state"])
         grid.setdefault(key, {}).setdefault((r["steps"], r["batch"]), {})[r["variant"]] = r
     return grid
 
@@ -940,7 +1170,8 @@ def sweep_summary(
 ) -> dict[str, Any]:
     """The worst and median speedup of ``variant`` over ``base``, per precision and overall.
 
-    Each entry: ``points`` (measured), ``missing`` (n/a), ``below_1``,
+    ``precisions`` is keyed by the precision and the options it ran with
+    (``float32``, ``float16, bidirectional``). Each entry: ``points`` (measured), ``missing`` (n/a), ``below_1``,
     ``worst`` and ``best`` (``speedup`` and where), ``median``; the same on GPU
     times as ``gpu_worst``/``gpu_median``/``gpu_below_1``; and
     ``host_ratio_max`` of ``variant`` (the worst eager / graph-replay ratio,
@@ -998,6 +1229,80 @@ def sweep_summary(
     }
 
 
+def packed_summary(results: Sequence[dict[str, Any]], variant: str = "layer") -> dict[str, Any]:
+    """The packed goal's ratio: ``variant``'s packed wall time / ``layer-padded``'s.
+
+    Per precision (with its options, as :func:`sweep_summary` keys them) and
+    overall: ``points`` (measured), ``missing`` (packed points without a
+    ratio), ``above_goal`` (above :data:`PACKED_GOAL`), ``worst`` (the
+    largest ratio, and where), ``best``, ``median`` and ``fill_median`` (what
+    a time proportional to the tokens would give). No packed rows: no
+    precisions, and ``overall`` counts none.
+    """
+
+    def where(r: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "value": r["packed_vs_padded"],
+            "precision": _setting(r),
+            "steps": r["steps"],
+            "batch": r["batch"],
+            "features": r["features"],
+            "state": r["state"],
+        }
+
+    def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        found = [r for r in rows if r.get("packed_vs_padded") is not None]
+        ratios = [r["packed_vs_padded"] for r in found]
+        fills = [r["fill"] for r in rows if r.get("fill") is not None]
+        return {
+            "points": len(found),
+            "missing": len(rows) - len(found),
+            "above_goal": sum(1 for v in ratios if v > PACKED_GOAL),
+            "worst": where(max(found, key=lambda r: r["packed_vs_padded"])) if found else None,
+            "best": where(min(found, key=lambda r: r["packed_vs_padded"])) if found else None,
+            "median": statistics.median(ratios) if ratios else None,
+            "fill_median": statistics.median(fills) if fills else None,
+        }
+
+    rows = [r for r in results if r["variant"] == variant and r.get("packed")]
+    settings = list(dict.fromkeys(_setting(r) for r in rows))
+    return {
+        "variant": variant,
+        "base": "layer-padded",
+        "goal": PACKED_GOAL,
+        "precisions": {p: summarize([r for r in rows if _setting(r) == p]) for p in settings},
+        "overall": summarize(rows),
+    }
+
+
+def format_sequence_summary(results: Sequence[dict[str, Any]]) -> str:
+    """The worst and median over the points of each device, where it ran several ('' if none).
+
+    The speedup of the layer over nn.LSTM and, packed, the packed / padded ratio.
+    """
+    lines = []
+    for device in dict.fromkeys(r["device"] for r in results):
+        rows = [r for r in results if r["device"] == device]
+        speedups = sweep_summary(rows)["precisions"]
+        padded = packed_summary(rows)["precisions"]
+        for setting, s in speedups.items():
+            if s["points"] + s["missing"] < 2:
+                continue
+            median = f"{s['median']:.2f}x" if s["median"] is not None else "n/a"
+            missing = f", {s['missing']} n/a" if s["missing"] else ""
+            lines.append(
+                f"{device}, {setting}, {s['points']} sizes: LLTMLayer over nn.LSTM: worst "
+                f"{_where(s['worst'])}, median {median}, {s['below_1']} below 1.0{missing}"
+            )
+            if (p := padded.get(setting)) and p["points"]:
+                lines.append(
+                    f"{device}, {setting}, {p['points']} sizes: packed / padded: worst "
+                    f"{_where(p['worst'], '')}, median {p['median']:.2f}, {p['above_goal']} "
+                    f"above {PACKED_GOAL} (median fill {p['fill_median']:.2f})"
+                )
+    return "\n".join(lines)
+
+
 def _us(value: float | None) -> str:
     """Microseconds with three significant digits, never in exponent notation."""
     if value is None:
@@ -1022,34 +1327,107 @@ def _where(w: dict[str, Any] | None, unit: str = "x") -> str:
     )
 
 
+def _grid_table(
+    grid: Grid,
+    key: tuple[str, int, int],
+    title: str,
+    cell: Callable[[dict[str, dict[str, Any]]], str],
+) -> str:
+    """One Markdown table of ``grid[key]``: rows T, columns B, each ``cell(point)``."""
+    cells = grid[key]
+    ts = sorted({t for t, _ in cells})
+    bs = sorted({b for _, b in cells})
+    precision, features, state = key
+    lines = [
+        f"| {precision}, F={features}, S={state}{title} | "
+        + " | ".join(f"B={b}" for b in bs)
+        + " |",
+        "|---|" + "---:|" * len(bs),
+    ]
+    for t in ts:
+        row = [cell(cells[(t, b)]) if (t, b) in cells else "" for b in bs]
+        lines.append(f"| T={t} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def _speedup_goals(results: Sequence[dict[str, Any]], base: str) -> str:
+    """The speedup goals that apply to ``results``: issue 12's, and that of nn.LSTM's options."""
+    goals = []
+    options = sorted({o for r in results for o in ("bidirectional", "packed") if r.get(o)})
+    if any(not (r.get("bidirectional") or r.get("packed")) for r in results):
+        goals.append(
+            f"The goal: at least {SPEEDUP_GOAL_WORST:.1f}x everywhere, a median of at "
+            f"least {SPEEDUP_GOAL_MEDIAN:.1f}x (float32 and float16)."
+        )
+    if options:
+        goals.append(
+            f"The goal {' and '.join(options)}: at least {SPEEDUP_GOAL_WORST:.1f}x everywhere "
+            f"against {base} with the same options."
+        )
+    return " ".join(goals)
+
+
+def _packed_tables(results: Sequence[dict[str, Any]], grid: Grid, variant: str) -> list[str]:
+    """The sweep's packed / padded tables of ``variant`` and their summary (none unpacked)."""
+    packed = packed_summary(results, variant)
+    if not packed["precisions"]:
+        return []
+
+    def cell(point: dict[str, dict[str, Any]]) -> str:
+        v = point.get(variant, {}).get("packed_vs_padded")
+        return f"{v:.2f}" if v is not None else "n/a"
+
+    out = [
+        (
+            f"Packed / padded: {_label(variant, results)}'s median wall time on the packed "
+            "batch / on the same batch padded to its longest sequence (layer-padded, the "
+            "lengths ignored); below 1 the lengths save time."
+        ),
+        *(
+            _grid_table(grid, key, ", packed / padded", cell)
+            for key, cells in grid.items()
+            if any(p.get(variant, {}).get("packed") for p in cells.values())
+        ),
+    ]
+    lines = [
+        f"| precision | points | worst | median | above {PACKED_GOAL} | n/a | fill |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
+    entries = [*packed["precisions"].items()]
+    if len(entries) > 1:
+        entries.append(("all", packed["overall"]))
+    for p, s in entries:
+        median = f"{s['median']:.2f}" if s["median"] is not None else "n/a"
+        fill = f"{s['fill_median']:.2f}" if s["fill_median"] is not None else "n/a"
+        lines.append(
+            f"| {p} | {s['points']} | {_where(s['worst'], '')} | {median} | "
+            f"{s['above_goal']} | {s['missing']} | {fill} |"
+        )
+    out.append(
+        "\n".join(lines)
+        + f"\n\nThe goal: at most {PACKED_GOAL} everywhere. fill: the median of the tokens "
+        "/ the padded batch's cells, the ratio of a time proportional to the tokens."
+    )
+    return out
+
+
 def format_sweep_tables(
     results: Sequence[dict[str, Any]], variant: str = "layer", base: str = "nn.LSTM"
 ) -> str:
     """Markdown: the speedup of ``variant`` over ``base`` per (precision, F, S), rows T, columns B.
 
-    Then the worst and median speedup, the GPU time per step of both
-    (graph replay / T, in µs) and the host ratio (eager wall / graph replay)
-    of both, when measured.
+    Then the worst and median speedup; for packed batches, ``variant``'s
+    packed / padded time ratio and its worst and median; the GPU time per
+    step of both (graph replay / T, in µs) and the host ratio (eager wall /
+    graph replay) of both, when measured. A precision that ran with options
+    is named with them (``float16, bidirectional``).
     """
     grid = _grid(results)
 
     def table(
         key: tuple[str, int, int], title: str, cell: Callable[[dict[str, dict[str, Any]]], str]
     ) -> str:
-        cells = grid[key]
-        ts = sorted({t for t, _ in cells})
-        bs = sorted({b for _, b in cells})
-        precision, features, state = key
-        lines = [
-            f"| {precision}, F={features}, S={state}{title} | "
-            + " | ".join(f"B={b}" for b in bs)
-            + " |",
-            "|---|" + "---:|" * len(bs),
-        ]
-        for t in ts:
-            row = [cell(cells[(t, b)]) if (t, b) in cells else "" for b in bs]
-            lines.append(f"| T={t} | " + " | ".join(row) + " |")
-        return "\n".join(lines)
+        return _grid_table(grid, key, title, cell)
 
     def speedup_cell(point: dict[str, dict[str, Any]]) -> str:
         s = _speedup(point, variant, base)
@@ -1091,11 +1469,8 @@ def format_sweep_tables(
             f"| {p} | {s['points']} | {_where(s['worst'])} | {median} | {s['below_1']} | "
             f"{s['missing']} |"
         )
-    out.append(
-        "\n".join(lines)
-        + f"\n\nThe goal: at least {SPEEDUP_GOAL_WORST:.1f}x everywhere, a median of at "
-        f"least {SPEEDUP_GOAL_MEDIAN:.1f}x (float32 and float16)."
-    )
+    out.append("\n".join(lines) + "\n\n" + _speedup_goals(results, b))
+    out += _packed_tables(results, grid, variant)
     if any(r.get("gpu_us_per_step") is not None for r in results):
         out.append(
             f"GPU time per step, µs: {a} / {b} (the forward + backward replayed as a "
@@ -1212,10 +1587,15 @@ def plot_sweep(
     _progress(f"wrote {path}")
 
 
-def describe(precisions: Sequence[str], device: str | torch.device) -> str:
-    """The header of a report: torch, the GPU, what the columns and precisions mean."""
+def describe(
+    precisions: Sequence[str],
+    device: str | torch.device,
+    options: LayerOptions | None = None,
+) -> str:
+    """The header of a report: torch, the GPU, what the columns, precisions and options mean."""
     device = torch.device(device)
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    options = options or LayerOptions()
     lines = [
         (
             "LLTM layer over T steps, forward + backward of output.sum() (input and "
@@ -1234,4 +1614,17 @@ def describe(precisions: Sequence[str], device: str | torch.device) -> str:
             f"cuDNN TF32 {'on' if prec.cudnn_tf32 else 'off'}"
         )
         lines.append(f"{p}: {tf32}{'; ' + prec.note if prec.note else ''}")
+    if options.bidirectional:
+        lines.append(
+            "bidirectional: the layer and nn.LSTM run both directions in one call "
+            "(output 2 x state features)"
+        )
+    if options.packed:
+        lines.append(
+            f"packed: B sequences of lengths uniform in [ceil(T/4), T] (seed "
+            f"{options.lengths_seed}), packed once outside the timed call; the layer and "
+            "nn.LSTM take the PackedSequence, backward from output.data.sum(); layer-padded = "
+            "the layer on the same batch padded to its longest sequence; /padded = the "
+            "layer's wall / layer-padded's"
+        )
     return "\n".join(lines) + "\n"
