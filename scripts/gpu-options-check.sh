@@ -31,11 +31,11 @@ if wants build; then
   build_step
 fi
 if wants tests; then
-  step tests tests.log timeout 300 "$py" -m pytest tests/test_layer_options.py \
+  step tests tests.log timeout 240 "$py" -m pytest tests/test_layer_options.py \
     tests/test_sequence.py -m cuda -p no:cacheprovider -q -rs --durations=10
 fi
 if wants sanitize; then
-  PYTORCH_NO_CUDA_MEMORY_CACHING=1 step memcheck sanitize.log timeout 200 \
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 step memcheck sanitize.log timeout 120 \
     "${sanitizer[@]}" --tool memcheck "$py" -m pytest tests/test_layer_options.py \
     -p no:cacheprovider -q -m cuda \
     -k "(packed_matches and (mixed or all-different)) or (padded_matches and given-state and L2) or bitwise"
@@ -49,12 +49,16 @@ bench() {
     "$py" -m lltm.benchmark --sequence --device cuda --json "$out/$name.json" "$@"
 }
 if wants bench; then
+  bench packed-float32 --sweep --packed --precision float32
+  bench packed-float16 --sweep --packed --precision float16
   bench bidirectional-float32 --sweep --bidirectional --precision float32
   bench bidirectional-float16 --sweep --bidirectional --precision float16
-  bench packed --packed-sizes --precision float32,float16
+  for f in "$out"/*.json; do
+    "$py" scripts/bench_tables.py "$f" >"${f%.json}.md" 2>>"$out/bench.log"
+  done
 fi
 if wants deploy; then
-  step deploy deploy.log timeout 200 "$py" -m pytest tests/test_deploy.py -m cuda \
+  step deploy deploy.log timeout 150 "$py" -m pytest tests/test_deploy.py -m cuda \
     -p no:cacheprovider -q -rs
 fi
 print_summary
