@@ -135,7 +135,8 @@ def assert_matches_the_reference(
             training=layer.training,
         )
 
-    if layer.weights_l0.dtype == torch.float64 and layer.weights_l0.device.type == "cpu":
+    if layer.weights_l0.dtype == torch.float64:
+        # On the layer's device: dropout draws its masks from that device's generator.
         want = outputs_and_grads(reference, leaves)
     else:  # the reference in float64 on the CPU, from the same numbers
         ref = make_reference_copy(layer)
@@ -182,7 +183,14 @@ def make_reference_copy(layer: lltm.LLTMLayer) -> lltm.LLTMLayer:
 
 def to64(input: torch.Tensor | PackedSequence) -> torch.Tensor | PackedSequence:  # noqa: A002
     if isinstance(input, PackedSequence):
-        return input._replace(data=input.data.detach().double().cpu())
+        return PackedSequence(
+            input.data.detach().double().cpu(),
+            input.batch_sizes,
+            *(
+                None if t is None else t.cpu()
+                for t in (input.sorted_indices, input.unsorted_indices)
+            ),
+        )
     return input.detach().double().cpu()
 
 
