@@ -62,6 +62,7 @@ SHELL_SCRIPTS = [
     "scripts/fetch-device-wheels.sh",
     "scripts/gpu-check.sh",
     "scripts/gpu-sequence-check.sh",
+    "scripts/gpu-options-check.sh",
     "scripts/gpu-all.sh",
     "scripts/gpu-hardening.sh",
     "scripts/gpu-lib.sh",

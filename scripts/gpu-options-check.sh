@@ -31,9 +31,10 @@ if wants build; then
   build_step
 fi
 if wants tests; then
-  step tests tests.log timeout "${LLTM_TEST_TIMEOUT:-240}" "$py" -m pytest \
-    ${LLTM_TESTS:-tests/test_layer_options.py tests/test_sequence.py} -m cuda \
-    -p no:cacheprovider -q -rs --durations=10
+  # LLTM_TESTS: the test files, space-separated (default: both).
+  read -ra test_files <<<"${LLTM_TESTS:-tests/test_layer_options.py tests/test_sequence.py}"
+  step tests tests.log timeout "${LLTM_TEST_TIMEOUT:-240}" "$py" -m pytest "${test_files[@]}" \
+    -m cuda -p no:cacheprovider -q -rs --durations=10
 fi
 if wants sanitize; then
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 step memcheck sanitize.log timeout 120 \
