@@ -193,6 +193,7 @@ SANITIZE_TESTS = [
     "test_ops.py",
     "test_cell.py",
     "test_sequence.py",
+    "test_layer_options.py",
     "test_errors.py",
     "test_bad_inputs.py",
     "test_properties.py",
