@@ -36,6 +36,8 @@ constexpr const char* kGates = "[steps, batch, 3 * state_size]";
 constexpr const char* kWeights =
     "[3 * state_size, state_size + input_features]";
 // With a direction dimension.
+constexpr const char* kDirWeights =
+    "[directions, 3 * state_size, state_size + input_features]";
 constexpr const char* kDirState = "[directions, batch, state_size]";
 constexpr const char* kDirStates = "[directions, steps, batch, state_size]";
 constexpr const char* kDirGates = "[directions, steps, batch, 3 * state_size]";
@@ -55,8 +57,9 @@ std::pair<int64_t, bool> check_directions(
       op,
       ": expected weights to be a 2-D tensor ",
       kWeights,
-      " or a 3-D tensor [directions, 3 * state_size, state_size + "
-      "input_features], but got a ",
+      " or a 3-D tensor ",
+      kDirWeights,
+      ", but got a ",
       std::to_string(weights.dim()),
       "-D tensor of shape ",
       shape_str(weights.sizes()));
@@ -157,6 +160,51 @@ int64_t sum(const std::vector<int64_t>& values) {
   return total;
 }
 
+// What both checks do first, in the same order: batch_sizes, input's
+// dimensions, the directions.
+Problem check_head(
+    const char* op,
+    const Arg& input,
+    const at::Tensor& weights,
+    const std::optional<at::Tensor>& batch_sizes) {
+  Problem p;
+  p.packed = batch_sizes.has_value();
+  if (p.packed) {
+    p.batch_sizes = check_batch_sizes(op, *batch_sizes);
+  }
+  check_dim(op, input, p.packed ? 2 : 3, p.packed ? kPacked : kSteps);
+  std::tie(p.directions, p.stacked) = check_directions(op, weights);
+  return p;
+}
+
+// The sizes: the steps and features from input, the batch from input (or,
+// for a packed input, from batch_sizes, whose sum input's rows must be),
+// the state size from h0.
+Sizes check_sizes(
+    const char* op,
+    const Problem& p,
+    const Arg& input,
+    const at::Tensor& h0) {
+  const int64_t F = input.tensor.size(-1);
+  const int64_t S = h0.size(-1);
+  if (!p.packed) {
+    return {input.tensor.size(0), input.tensor.size(1), F, S};
+  }
+  const auto T = static_cast<int64_t>(p.batch_sizes.size());
+  check_shape(op, input, {sum(p.batch_sizes), F}, kPacked);
+  return {T, T > 0 ? p.batch_sizes[0] : h0.size(-2), F, S};
+}
+
+void check_weights(const char* op, const Arg& weights, const Problem& p) {
+  const int64_t S = p.sizes.state_size;
+  const int64_t F = p.sizes.input_features;
+  check_shape(
+      op,
+      weights,
+      directed(p.stacked, p.directions, {3 * S, S + F}),
+      p.stacked ? kDirWeights : kWeights);
+}
+
 } // namespace
 
 Problem check_forward_args(
@@ -174,40 +222,17 @@ Problem check_forward_args(
   const Arg c0_arg{c0, "c0"};
   check_dtypes_and_devices(
       op, {input_arg, weights_arg, Arg{bias, "bias"}, h0_arg, c0_arg});
-  Problem p;
-  p.packed = batch_sizes.has_value();
-  if (p.packed) {
-    p.batch_sizes = check_batch_sizes(op, *batch_sizes);
-  }
-  check_dim(op, input_arg, p.packed ? 2 : 3, p.packed ? kPacked : kSteps);
-  std::tie(p.directions, p.stacked) = check_directions(op, weights);
+  Problem p = check_head(op, input_arg, weights, batch_sizes);
   const int64_t D = p.directions;
   const char* state_layout = p.stacked ? kDirState : kState;
   check_dim(op, h0_arg, p.stacked ? 3 : 2, state_layout);
   check_dim(op, c0_arg, p.stacked ? 3 : 2, state_layout);
-  // The steps and features come from input, the batch from input (or, for a
-  // packed input, from batch_sizes), the state size from h0.
-  const int64_t F = input.size(-1);
-  const int64_t S = h0.size(-1);
-  int64_t T = 0;
-  int64_t B = 0;
-  if (p.packed) {
-    T = static_cast<int64_t>(p.batch_sizes.size());
-    B = T > 0 ? p.batch_sizes[0] : h0.size(-2);
-    check_shape(op, input_arg, {sum(p.batch_sizes), F}, kPacked);
-  } else {
-    T = input.size(0);
-    B = input.size(1);
-  }
-  p.sizes = {T, B, F, S};
+  p.sizes = check_sizes(op, p, input_arg, h0);
+  const int64_t B = p.sizes.batch;
+  const int64_t S = p.sizes.state_size;
   check_shape(op, h0_arg, directed(p.stacked, D, {B, S}), state_layout);
   check_shape(op, c0_arg, directed(p.stacked, D, {B, S}), state_layout);
-  check_shape(
-      op,
-      weights_arg,
-      directed(p.stacked, D, {3 * S, S + F}),
-      p.stacked ? "[directions, 3 * state_size, state_size + input_features]"
-                : kWeights);
+  check_weights(op, weights_arg, p);
   check_bias(op, bias, S, p.stacked, D);
   return p;
 }
@@ -238,13 +263,7 @@ Problem check_backward_args(
       op, {input_arg, weights_arg, h0_arg, output_arg, cells_arg, gates_arg});
   checks::check_given_like(
       op, input_arg, {grad_output_arg, grad_h_n_arg, grad_c_n_arg});
-  Problem p;
-  p.packed = batch_sizes.has_value();
-  if (p.packed) {
-    p.batch_sizes = check_batch_sizes(op, *batch_sizes);
-  }
-  check_dim(op, input_arg, p.packed ? 2 : 3, p.packed ? kPacked : kSteps);
-  std::tie(p.directions, p.stacked) = check_directions(op, weights);
+  Problem p = check_head(op, input_arg, weights, batch_sizes);
   const int64_t D = p.directions;
   const bool stacked = p.stacked;
   const char* state_layout = stacked ? kDirState : kState;
@@ -260,30 +279,13 @@ Problem check_backward_args(
   check_dim(op, gates_arg, stacked ? 4 : 3, gates_layout);
   checks::check_dims(
       op, {grad_h_n_arg, grad_c_n_arg}, stacked ? 3 : 2, state_layout);
-  const int64_t F = input.size(-1);
-  const int64_t S = h0.size(-1);
-  int64_t T = 0;
-  int64_t B = 0;
-  std::vector<int64_t> output_shape;
-  if (p.packed) {
-    T = static_cast<int64_t>(p.batch_sizes.size());
-    B = T > 0 ? p.batch_sizes[0] : h0.size(-2);
-    const int64_t N = sum(p.batch_sizes);
-    check_shape(op, input_arg, {N, F}, kPacked);
-    output_shape = {N, D * S};
-  } else {
-    T = input.size(0);
-    B = input.size(1);
-    output_shape = {T, B, D * S};
-  }
-  p.sizes = {T, B, F, S};
+  p.sizes = check_sizes(op, p, input_arg, h0);
+  const auto [T, B, F, S] = p.sizes;
+  const std::vector<int64_t> output_shape = p.packed
+      ? std::vector<int64_t>{input.size(0), D * S}
+      : std::vector<int64_t>{T, B, D * S};
   check_shape(op, h0_arg, directed(stacked, D, {B, S}), state_layout);
-  check_shape(
-      op,
-      weights_arg,
-      directed(stacked, D, {3 * S, S + F}),
-      stacked ? "[directions, 3 * state_size, state_size + input_features]"
-              : kWeights);
+  check_weights(op, weights_arg, p);
   checks::check_shapes(
       op, {output_arg, grad_output_arg}, output_shape, output_layout);
   check_shape(op, cells_arg, directed(stacked, D, {T, B, S}), states_layout);

@@ -178,3 +178,26 @@ def run_python(
         cwd=cwd,
         env={k: v for k, v in environ.items() if v is not None},
     )
+
+
+def assert_a_graph_replays_the_layer(layer: torch.nn.Module, static_x: torch.Tensor) -> None:
+    """Capture ``layer(static_x)`` (no grad) as a CUDA graph, then replay it on new inputs.
+
+    Warmed up on a side stream first, as PyTorch's docs say; each replay must
+    give what an eager call gives.
+    """
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        layer(static_x)  # warm up outside the graph
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        static_out, _ = layer(static_x)
+    for _ in range(2):
+        static_x.copy_(torch.randn_like(static_x))
+        graph.replay()
+        torch.cuda.synchronize()
+        with torch.no_grad():
+            want, _ = layer(static_x)
+        torch.testing.assert_close(static_out, want)

@@ -23,7 +23,7 @@ from torch.nn.utils.rnn import (
 )
 
 import lltm
-from helpers import assert_close_to_reference
+from helpers import assert_a_graph_replays_the_layer, assert_close_to_reference
 from lltm.reference import lltm_layer_reference
 
 CUDA_PATHS = ("persistent", "cluster", "fused", "steps")
@@ -645,22 +645,7 @@ def test_cuda_graph_capture_of_a_bidirectional_layer(
         pytest.skip("the cluster path needs thread-block clusters (sm_90 on)")
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", path)
     layer = lltm.LLTMLayer(32, 128, num_layers=2, bidirectional=True).to("cuda", dtype)
-    static_x = torch.randn(16, 16, 32, device="cuda", dtype=dtype)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.no_grad():
-        layer(static_x)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), torch.no_grad():
-        static_out, _ = layer(static_x)
-    for _ in range(2):
-        static_x.copy_(torch.randn_like(static_x))
-        graph.replay()
-        torch.cuda.synchronize()
-        with torch.no_grad():
-            want, _ = layer(static_x)
-        torch.testing.assert_close(static_out, want)
+    assert_a_graph_replays_the_layer(layer, torch.randn(16, 16, 32, device="cuda", dtype=dtype))
 
 
 @pytest.mark.cuda

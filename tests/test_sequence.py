@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import lltm
-from helpers import assert_close_to_reference, input_shapes
+from helpers import assert_a_graph_replays_the_layer, assert_close_to_reference, input_shapes
 from lltm.reference import lltm_layer_reference, lltm_sequence_reference
 
 CUDA_PATHS = ("persistent", "cluster", "fused", "steps")
@@ -809,22 +809,7 @@ def test_cuda_runs_on_the_current_stream() -> None:
 def test_cuda_graph_capture_and_replay(dtype: torch.dtype) -> None:
     """The fused steps' cooperative launch (one per direction) is a graph node too."""
     layer = lltm.LLTMLayer(32, 128).to("cuda", dtype)
-    static_x = torch.randn(16, 16, 32, device="cuda", dtype=dtype)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.no_grad():
-        layer(static_x)  # warm up outside the graph
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), torch.no_grad():
-        static_out, _ = layer(static_x)
-    for _ in range(2):
-        static_x.copy_(torch.randn_like(static_x))
-        graph.replay()
-        torch.cuda.synchronize()
-        with torch.no_grad():
-            want, _ = layer(static_x)
-        torch.testing.assert_close(static_out, want)
+    assert_a_graph_replays_the_layer(layer, torch.randn(16, 16, 32, device="cuda", dtype=dtype))
 
 
 @pytest.mark.cuda
