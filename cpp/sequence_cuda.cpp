@@ -30,7 +30,6 @@
 #include "lltm_cuda.h"
 
 #include <ATen/Dispatch.h>
-#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
 #include <c10/cuda/CUDAException.h>
@@ -612,6 +611,26 @@ const StepLoops& cuda_loops(
 
 // --- directions and packed batches -------------------------------------------
 
+// `waiting` waits for what `done` has been given so far: an event, made,
+// recorded and let go (CUDA keeps it until the wait is over). c10's streams
+// and CUDA's runtime alone: ATen's CUDA headers need the toolkit's cuBLAS
+// and cuSPARSE headers, which a compiler-only toolkit does not have.
+cudaError_t wait_for(
+    const c10::cuda::CUDAStream& waiting,
+    const c10::cuda::CUDAStream& done) {
+  cudaEvent_t event = nullptr;
+  cudaError_t error = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  if (error == cudaSuccess) {
+    error = cudaEventRecord(event, done.stream());
+    if (error == cudaSuccess) {
+      error = cudaStreamWaitEvent(waiting.stream(), event, 0);
+    }
+    const cudaError_t destroyed = cudaEventDestroy(event);
+    error = error == cudaSuccess ? destroyed : error;
+  }
+  return error;
+}
+
 // Direction 1 on a stream of its own, forked from the current stream and
 // joined back into it, also when its launches throw: its kernels run beside
 // direction 0's where the GPU has room for both (a small batch's steps use
@@ -628,21 +647,27 @@ void cuda_for_each_direction(
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
   const c10::cuda::CUDAStream side =
       c10::cuda::getStreamFromPool(false, current.device_index());
-  at::cuda::CUDAEvent forked;
-  forked.record(current);
-  forked.block(side);
+  C10_CUDA_CHECK(wait_for(side, current));
+  // The join, also when a launch throws: the current stream's later work,
+  // and the caching allocator's reuse of what direction 1 read, wait for it
+  // (a destructor does not throw: a failed join there warns).
   struct Join {
     const c10::cuda::CUDAStream& current;
     const c10::cuda::CUDAStream& side;
+    bool joined = false;
     ~Join() {
-      at::cuda::CUDAEvent joined;
-      joined.record(side);
-      joined.block(current);
+      if (!joined) {
+        C10_CUDA_CHECK_WARN(wait_for(current, side));
+      }
     }
   } join{current, side};
   body(0);
-  const c10::cuda::CUDAStreamGuard on_side(side);
-  body(1);
+  {
+    const c10::cuda::CUDAStreamGuard on_side(side);
+    body(1);
+  }
+  join.joined = true;
+  C10_CUDA_CHECK(wait_for(current, side));
 }
 
 // A packed batch's segments take a launch (or a cooperative launch) each,
