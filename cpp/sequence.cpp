@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdlib>
+#include <numeric>
 #include <string>
 #include <utility>
 
@@ -152,14 +153,6 @@ std::vector<int64_t> check_batch_sizes(
   return values;
 }
 
-int64_t sum(const std::vector<int64_t>& values) {
-  int64_t total = 0;
-  for (const int64_t v : values) {
-    total += v;
-  }
-  return total;
-}
-
 // What both checks do first, in the same order: batch_sizes, input's
 // dimensions, the directions.
 Problem check_head(
@@ -191,7 +184,9 @@ Sizes check_sizes(
     return {input.tensor.size(0), input.tensor.size(1), F, S};
   }
   const auto T = static_cast<int64_t>(p.batch_sizes.size());
-  check_shape(op, input, {sum(p.batch_sizes), F}, kPacked);
+  const int64_t N =
+      std::accumulate(p.batch_sizes.begin(), p.batch_sizes.end(), int64_t(0));
+  check_shape(op, input, {N, F}, kPacked);
   return {T, T > 0 ? p.batch_sizes[0] : h0.size(-2), F, S};
 }
 
@@ -339,7 +334,7 @@ class Steps {
 
   // A packed input.
   Steps(const std::vector<int64_t>& batch_sizes, int64_t min_steps)
-      : packed_(true), batch_sizes_(batch_sizes) {
+      : batch_sizes_(batch_sizes) {
     const auto T = static_cast<int64_t>(batch_sizes.size());
     offset_.assign(T + 1, 0);
     for (int64_t t = 0; t < T; ++t) {
@@ -371,9 +366,6 @@ class Steps {
     work_rows_ = row;
   }
 
-  bool packed() const {
-    return packed_;
-  }
   int64_t work_rows() const {
     return work_rows_;
   }
@@ -394,7 +386,7 @@ class Steps {
   // loops take grad_c_n at a block's last step only); grad_h_n joins
   // through grad_output instead, which any step takes.
   std::vector<Segment> backward_segments(bool split) const {
-    if (!split || !packed_) {
+    if (!split || batch_sizes_.empty()) { // dense: one segment
       return segments_;
     }
     std::vector<Segment> out;
@@ -457,11 +449,10 @@ class Steps {
   }
 
  private:
-  bool packed_ = false;
   bool identity_ = true;
   int64_t work_rows_ = 0;
   std::vector<Segment> segments_;
-  std::vector<int64_t> batch_sizes_;
+  std::vector<int64_t> batch_sizes_; // empty for a dense input
   std::vector<int64_t> offset_; // the packed input's first row of each step
   std::vector<int64_t> length_; // each sequence's
   std::vector<int64_t> work_offset_; // the work buffers' first row of each step
@@ -609,8 +600,28 @@ int64_t min_segment_steps(const Engine& engine, int64_t steps) {
   return parsed;
 }
 
-// The loops' mask where a segment's state gradients feed the next segment.
-constexpr OutputMask kStateGrads{false, false, false, true, true};
+// The loops' mask of a segment: its state gradients feed the segment before
+// it; the first segment's are d_h0 and d_c0, computed where asked for.
+OutputMask segment_mask(bool first, const OutputMask& mask) {
+  return {false, false, false, !first || mask[3], !first || mask[4]};
+}
+
+} // namespace
+
+namespace {
+
+// What `slot` holds, else `make()`, kept in `slot` where there is one.
+template <typename Make>
+at::Tensor kept(at::Tensor* slot, Make make) {
+  if (slot != nullptr && slot->defined()) {
+    return *slot;
+  }
+  at::Tensor made = make();
+  if (slot != nullptr) {
+    *slot = made;
+  }
+  return made;
+}
 
 } // namespace
 
@@ -618,28 +629,18 @@ at::Tensor packed_w_h_t(
     const at::Tensor& weights,
     int64_t state_size,
     PackedWeights* packed) {
-  if (packed != nullptr && packed->w_h_t.defined()) {
-    return packed->w_h_t;
-  }
-  at::Tensor w_h_t = weights_h(weights, state_size).t().contiguous();
-  if (packed != nullptr) {
-    packed->w_h_t = w_h_t;
-  }
-  return w_h_t;
+  return kept(packed != nullptr ? &packed->w_h_t : nullptr, [&] {
+    return weights_h(weights, state_size).t().contiguous();
+  });
 }
 
 at::Tensor packed_w_h(
     const at::Tensor& weights,
     int64_t state_size,
     PackedWeights* packed) {
-  if (packed != nullptr && packed->w_h.defined()) {
-    return packed->w_h;
-  }
-  at::Tensor w_h = weights_h(weights, state_size).contiguous();
-  if (packed != nullptr) {
-    packed->w_h = w_h;
-  }
-  return w_h;
+  return kept(packed != nullptr ? &packed->w_h : nullptr, [&] {
+    return weights_h(weights, state_size).contiguous();
+  });
 }
 
 ForwardResult run_forward(
@@ -951,6 +952,7 @@ BackwardResult run_backward(
         gc->narrow(0, ended, n).add_(grad_c_n->narrow(0, ended, n));
       }
       at::Tensor dz = block(d_gates, s);
+      const OutputMask wanted = segment_mask(i == 0, mask);
       StateGrads state =
           engine
               .loops(sizes, dtype, /*backward=*/true, "lltm::sequence_backward")
@@ -963,11 +965,13 @@ BackwardResult run_backward(
                    block(cells_d, s),
                    block(gates_d, s),
                    &packed},
-                  kStateGrads,
+                  wanted,
                   dz);
-      d_h_next = state.d_h0
-          ? *state.d_h0
-          : at::mm(dz.select(0, 0), packed_w_h(w, S, &packed));
+      if (wanted[3]) {
+        d_h_next = state.d_h0
+            ? *state.d_h0
+            : at::mm(dz.select(0, 0), packed_w_h(w, S, &packed));
+      }
       d_c_next = state.d_c0;
     }
     d_h0s[d] = d_h_next;
