@@ -183,8 +183,8 @@ class LLTMLayer(nn.Module):
                 raise TypeError(msg)
             if t.layout != torch.strided or t.is_nested:
                 # Each layer takes a slice of the states, which sparse tensors cannot give.
-                layout = "a nested tensor" if t.is_nested else f"a tensor of layout {t.layout}"
-                msg = f"LLTMLayer: expected {name} to be a strided tensor, but got {layout}"
+                got = "a nested tensor" if t.is_nested else f"a tensor of layout {t.layout}"
+                msg = f"LLTMLayer: expected {name} to be a strided tensor, but got {got}"
                 raise TypeError(msg)
             if list(t.shape) != want:
                 msg = (
