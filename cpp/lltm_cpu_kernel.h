@@ -73,11 +73,41 @@ struct BackwardArgs {
   int64_t ld_grad_h_add = 0;
 };
 
+// One step of a sequence's forward with its recurrent GEMM fused in:
+// Z = z + h W_h^T + bias, then the forward's math on Z, without Z ever
+// leaving registers. W_h^T comes in panels of `panel_width` state units (the
+// kernel's vector width): panel p holds, for k in [0, state), the rows k of
+// the three gates' columns of its units, [panels, state, 3, panel_width]
+// (zeros past the state's end), so that a panel's units are one vector of
+// each gate. The work is (panel, block of `block_rows` rows) tasks, task i
+// being panel i / row_blocks, rows block i % row_blocks: a thread that runs
+// the same range of tasks at every step keeps its panels in its cache.
+template <typename T>
+struct FusedStepArgs {
+  const T* h; // h_{t-1}: [batch, state], dense
+  const T* w; // W_h^T's panels
+  const T* z; // the input projection: [batch, 3 * state], dense
+  const T* bias; // [3 * state]
+  const T* old_cell; // [batch, state], dense
+  T* new_h; // [batch, state], dense
+  T* new_cell; // [batch, state], dense (may be old_cell: read first)
+  // [i | o | g], [batch, 3 * state], dense (may be z: read first), or
+  // nullptr when nothing is saved.
+  T* activations;
+  int64_t batch;
+  int64_t state;
+};
+
 template <typename T>
 struct Kernels {
   // Computes rows [begin, end) of the outputs.
   void (*forward)(const ForwardArgs<T>& args, int64_t begin, int64_t end);
   void (*backward)(const BackwardArgs<T>& args, int64_t begin, int64_t end);
+  // Tasks [begin, end) of a fused step (FusedStepArgs), and the task's
+  // shape; nullptr where the type has none.
+  void (*fused_step)(const FusedStepArgs<T>& args, int64_t begin, int64_t end);
+  int64_t panel_width;
+  int64_t block_rows;
 };
 
 // The kernels of one CPU capability, for every dtype.

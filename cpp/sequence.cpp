@@ -12,6 +12,7 @@
 #include <ATen/ops/stack.h>
 #include <ATen/ops/sum.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/record_function.h>
 #include <torch/library.h>
 
 #include <array>
@@ -606,6 +607,27 @@ OutputMask segment_mask(bool first, const OutputMask& mask) {
   return {false, false, false, !first || mask[3], !first || mask[4]};
 }
 
+// The path that runs a block of steps, as a range in torch.profiler
+// ("lltm::sequence_path::onednn", "lltm::sequence_backward_path::steps"):
+// how the tests and the benchmark see which path ran, on any device. The
+// name is made only while a profiler listens.
+class RecordPath {
+ public:
+  RecordPath(const StepLoops& loops, bool backward)
+      : guard_(at::RecordScope::USER_SCOPE) {
+    if (guard_.isActive()) {
+      guard_.before(
+          std::string(
+              backward ? "lltm::sequence_backward_path::"
+                       : "lltm::sequence_path::") +
+          loops.name);
+    }
+  }
+
+ private:
+  at::RecordFunction guard_;
+};
+
 } // namespace
 
 namespace {
@@ -690,17 +712,18 @@ ForwardResult run_forward(
   const int64_t rows = save ? T * B : W;
   if (keep_cells) {
     cells = save ? at::empty(directed(stacked, D, {T, B, S}), options)
-                 : at::empty({D, W, S}, options);
+                 : engine.scratch(Scratch::kCells, {D, W, S}, options);
   }
   at::Tensor gates = save
       ? at::empty(directed(stacked, D, {T, B, 3 * S}), options)
-      : at::empty({D, W, 3 * S}, options);
+      : engine.scratch(Scratch::kGates, {D, W, 3 * S}, options);
   at::Tensor output = at::empty(output_shape, options);
   // Each direction's h_t in its own work rows: the output itself for one
   // direction over the input's own rows.
   const bool own_output = D == 1 && steps.identity();
-  const at::Tensor work_output =
-      own_output ? output.view({1, W, S}) : at::empty({D, W, S}, options);
+  const at::Tensor work_output = own_output
+      ? output.view({1, W, S})
+      : engine.scratch(Scratch::kOutput, {D, W, S}, options);
   // A segment's h_n and c_n are not the sequences' (each sequence's comes
   // from its own last step): scratch, one pair per direction.
   const bool scratch = p.packed;
@@ -748,8 +771,10 @@ ForwardResult run_forward(
           i == 0 ? h0 : state_before(out_d, segments[i - 1], s.batch);
       const at::Tensor c_first =
           i == 0 ? c0 : state_before(cells_d, segments[i - 1], s.batch);
-      engine.loops(sizes, dtype, /*backward=*/false, op)
-          .forward(sizes, {w, bias, h_first, c_first, &packed}, b);
+      const StepLoops& loops =
+          engine.loops(sizes, dtype, /*backward=*/false, op);
+      const RecordPath record(loops, /*backward=*/false);
+      loops.forward(sizes, {w, bias, h_first, c_first, &packed}, b);
     }
     if (p.packed) {
       at::Tensor h = h_n_d;
@@ -882,20 +907,21 @@ BackwardResult run_backward(
             D == 1 ? *in.grad_output : output_of(*in.grad_output, d, S);
         grad_output = d == 0 ? g : g.flip(0);
       }
-      at::Tensor d_gates = at::empty({T, B, 3 * S}, options);
-      StateGrads state =
-          engine
-              .loops(sizes, dtype, /*backward=*/true, "lltm::sequence_backward")
-              .backward(
-                  sizes,
-                  {grad_output,
-                   grad_h_n,
-                   grad_c_n,
-                   w,
-                   cells_d.view({T, B, S}),
-                   gates_d.view({T, B, 3 * S})},
-                  mask,
-                  d_gates);
+      at::Tensor d_gates =
+          engine.scratch(Scratch::kDGates, {T, B, 3 * S}, options);
+      const StepLoops& loops = engine.loops(
+          sizes, dtype, /*backward=*/true, "lltm::sequence_backward");
+      const RecordPath record(loops, /*backward=*/true);
+      StateGrads state = loops.backward(
+          sizes,
+          {grad_output,
+           grad_h_n,
+           grad_c_n,
+           w,
+           cells_d.view({T, B, S}),
+           gates_d.view({T, B, 3 * S})},
+          mask,
+          d_gates);
       const at::Tensor x = d == 0 ? input : input.flip(0);
       const at::Tensor h = d == 0 ? output_d : output_d.flip(0);
       const at::Tensor d_input = dense_weight_grads(
@@ -926,7 +952,7 @@ BackwardResult run_backward(
       g.index_copy_(
           0, idx->last_work, g.index_select(0, idx->last_work).add_(*grad_h_n));
     }
-    at::Tensor d_gates = at::empty({W, 3 * S}, options);
+    at::Tensor d_gates = engine.scratch(Scratch::kDGates, {W, 3 * S}, options);
     // The segments from the last: each hands the one before it the
     // gradients of the state it started from.
     at::Tensor d_h_next;
@@ -953,20 +979,20 @@ BackwardResult run_backward(
       }
       at::Tensor dz = block(d_gates, s);
       const OutputMask wanted = segment_mask(i == 0, mask);
-      StateGrads state =
-          engine
-              .loops(sizes, dtype, /*backward=*/true, "lltm::sequence_backward")
-              .backward(
-                  sizes,
-                  {block(g, s),
-                   gh,
-                   gc,
-                   w,
-                   block(cells_d, s),
-                   block(gates_d, s),
-                   &packed},
-                  wanted,
-                  dz);
+      const StepLoops& loops = engine.loops(
+          sizes, dtype, /*backward=*/true, "lltm::sequence_backward");
+      const RecordPath record(loops, /*backward=*/true);
+      StateGrads state = loops.backward(
+          sizes,
+          {block(g, s),
+           gh,
+           gc,
+           w,
+           block(cells_d, s),
+           block(gates_d, s),
+           &packed},
+          wanted,
+          dz);
       if (wanted[3]) {
         d_h_next = state.d_h0
             ? *state.d_h0

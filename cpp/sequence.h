@@ -54,6 +54,7 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/FunctionRef.h>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <tuple>
@@ -134,6 +135,9 @@ struct ForwardBuffers {
 struct PackedWeights {
   at::Tensor w_h_t;
   at::Tensor w_h;
+  // A backend's own layouts of W_h, at the backend's own indices (the
+  // CPU's: oneDNN's two, the fused step's panels), kept the same way.
+  std::array<at::Tensor, 3> layouts;
 };
 
 // What the forward's loops read besides the sizes and the buffers.
@@ -201,7 +205,13 @@ struct StepLoops {
       const BackwardInputs&,
       const OutputMask& output_mask,
       at::Tensor& d_gates);
+  // The path's name, as LLTM_SEQUENCE_PATH names it.
+  const char* name;
 };
+
+// The op's own buffers, which Engine::scratch may keep between calls.
+enum class Scratch { kGates, kCells, kOutput, kDGates };
+constexpr size_t kScratchSlots = 4;
 
 // What a backend brings to the ops besides its step loops.
 struct Engine {
@@ -222,6 +232,13 @@ struct Engine {
   int64_t (*min_segment_steps)(int64_t steps);
   // The row indices of a packed batch, from the host, on `device`.
   at::Tensor (*indices)(std::vector<int64_t>&& values, c10::Device device);
+  // A buffer that never leaves the op (at most one in use per Scratch and
+  // thread): where a fresh allocation costs more than its use (the CPU's
+  // page faults), one the backend keeps from call to call.
+  at::Tensor (*scratch)(
+      Scratch slot,
+      at::IntArrayRef sizes,
+      const at::TensorOptions& options);
 };
 
 // The ops on a backend.

@@ -13,10 +13,17 @@
 #include <ATen/ops/addmm_cpu_dispatch.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm_cpu_dispatch.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
+
+#include <ATen/Context.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
 
 namespace lltm::sequence {
 namespace {
@@ -54,7 +61,155 @@ class StepView {
   int64_t stride_;
 };
 
-template <typename T>
+// --- the recurrent GEMMs --------------------------------------------------
+//
+// A step's GEMM, h_{t-1} W_h^T in the forward and dZ_t W_h in the backward,
+// runs one of two ways, and each is a path of its own (cpu_loops chooses):
+//   blas    ATen's CPU GEMM (MKL or OpenBLAS) past the dispatcher, in place
+//           into the step's buffer
+//   onednn  oneDNN's matmul through ATen's mkldnn ops, with W_h reordered
+//           once per call into oneDNN's blocked layout: a call costs the
+//           dispatcher and an allocation, and oneDNN's kernels run a GEMM of
+//           a few rows faster than MKL does on some processors
+//           (docs/performance.md has both on AMD).
+
+// Where the loops keep their layouts of W_h in PackedWeights::layouts.
+enum Layout : size_t { kOneDnnForward, kOneDnnBackward, kPanels };
+
+struct BlasGemm {
+  static constexpr const char* kName = "steps";
+
+  BlasGemm(
+      const at::Tensor& weights,
+      const Sizes& sizes,
+      PackedWeights* packed,
+      bool backward)
+      : w_(backward ? packed_w_h(weights, sizes.state_size, packed)
+                    : packed_w_h_t(weights, sizes.state_size, packed)) {}
+
+  // Z_t = P_t + h W_h^T, over P_t in z.
+  at::Tensor forward(at::Tensor& z, const at::Tensor& h) const {
+    at::cpu::addmm_(z, h, w_);
+    return z;
+  }
+
+  // dZ_t W_h, into `out`.
+  at::Tensor backward(const at::Tensor& dz, at::Tensor& out) const {
+    at::cpu::mm_out(out, dz, w_);
+    return out;
+  }
+
+ private:
+  at::Tensor w_; // W_h^T [S, 3S] forward, W_h [3S, S] backward
+};
+
+// ATen's mkldnn ops, found through the dispatcher: torch builds without
+// oneDNN have none.
+class OneDnnOps {
+ public:
+  using Reorder = at::Tensor(const at::Tensor&, std::optional<int64_t>);
+  using Linear = at::Tensor(
+      const at::Tensor&,
+      const at::Tensor&,
+      const std::optional<at::Tensor>&,
+      c10::string_view,
+      c10::List<std::optional<c10::Scalar>>,
+      std::optional<c10::string_view>);
+  using LinearAdd = at::Tensor(
+      const at::Tensor&,
+      const at::Tensor&,
+      const at::Tensor&,
+      const std::optional<at::Tensor>&,
+      c10::string_view);
+
+  // The ops where torch has them and oneDNN is enabled
+  // (torch.backends.mkldnn.enabled), else nullptr.
+  static const OneDnnOps* get() {
+    static const std::optional<OneDnnOps> ops = find();
+    if (!ops || !at::globalContext().userEnabledMkldnn()) {
+      return nullptr;
+    }
+    return &*ops;
+  }
+
+  c10::TypedOperatorHandle<Reorder> reorder;
+  c10::TypedOperatorHandle<Linear> linear;
+  c10::TypedOperatorHandle<LinearAdd> linear_add;
+
+ private:
+  static std::optional<OneDnnOps> find() {
+    auto& dispatcher = c10::Dispatcher::singleton();
+    const auto reorder =
+        dispatcher.findSchema({"mkldnn::_reorder_linear_weight", ""});
+    const auto linear =
+        dispatcher.findSchema({"mkldnn::_linear_pointwise", ""});
+    const auto linear_add =
+        dispatcher.findSchema({"mkldnn::_linear_pointwise", "binary"});
+    if (!reorder || !linear || !linear_add ||
+        !reorder->hasKernelForDispatchKey(c10::DispatchKey::CPU)) {
+      return std::nullopt;
+    }
+    return OneDnnOps{
+        reorder->typed<Reorder>(),
+        linear->typed<Linear>(),
+        linear_add->typed<LinearAdd>()};
+  }
+};
+
+struct OneDnnGemm {
+  static constexpr const char* kName = "onednn";
+
+  // float32 alone: oneDNN's 16-bit matmuls need processor features that
+  // vary (float16: AVX-512 FP16 or AVX-NE-CONVERT), and it has no float64.
+  static bool runs(const Sizes& sizes, at::ScalarType dtype) {
+    return dtype == at::kFloat && sizes.batch > 0 && sizes.state_size > 0 &&
+        OneDnnOps::get() != nullptr;
+  }
+
+  OneDnnGemm(
+      const at::Tensor& weights,
+      const Sizes& sizes,
+      PackedWeights* packed,
+      bool backward)
+      : ops_(*OneDnnOps::get()) {
+    const int64_t S = sizes.state_size;
+    // A linear layer's weight is [out, in]: W_h ([3S, S]) forward, W_h^T
+    // ([S, 3S]) backward.
+    at::Tensor* slot = packed == nullptr
+        ? nullptr
+        : &packed->layouts[backward ? kOneDnnBackward : kOneDnnForward];
+    if (slot != nullptr && slot->defined()) {
+      w_ = *slot;
+      return;
+    }
+    const at::Tensor dense = backward ? packed_w_h_t(weights, S, packed)
+                                      : packed_w_h(weights, S, packed);
+    w_ = ops_.reorder.call(dense, sizes.batch);
+    if (slot != nullptr) {
+      *slot = w_;
+    }
+  }
+
+  at::Tensor forward(at::Tensor& z, const at::Tensor& h) const {
+    return ops_.linear_add.call(h, z, w_, std::nullopt, "add");
+  }
+
+  at::Tensor backward(const at::Tensor& dz, at::Tensor& /*out*/) const {
+    return ops_.linear.call(
+        dz,
+        w_,
+        std::nullopt,
+        "none",
+        c10::List<std::optional<c10::Scalar>>(),
+        std::nullopt);
+  }
+
+ private:
+  const OneDnnOps& ops_;
+  at::Tensor w_;
+};
+
+template <typename T, typename Gemm>
 void forward_loop(
     const Sizes& sizes,
     const ForwardInputs& in,
@@ -64,8 +219,7 @@ void forward_loop(
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   const int64_t BS = B * S;
-  // W_h^T, packed once: [S, 3S].
-  const at::Tensor w_h_t = packed_w_h_t(in.weights, S, in.packed);
+  const Gemm gemm(in.weights, sizes, in.packed, /*backward=*/false);
   const at::Tensor bias_c = in.bias.contiguous();
   const at::Tensor c0_c = in.c0.contiguous();
   const bool save = buffers.cells.defined();
@@ -79,10 +233,10 @@ void forward_loop(
   StepView h_view(buffers.output);
   for (int64_t t = 0; t < steps; ++t) {
     T* z = gates + t * B * 3 * S;
-    // The CPU kernel straight, past the dispatcher.
-    at::cpu::addmm_(z_view.at(t), t == 0 ? h0 : h_view.at(t - 1), w_h_t);
+    const at::Tensor pre =
+        gemm.forward(z_view.at(t), t == 0 ? h0 : h_view.at(t - 1));
     cpu::ForwardArgs<T> args{};
-    args.z = z;
+    args.z = pre.const_data_ptr<T>();
     args.ld_z = 3 * S;
     args.bias = bias_c.const_data_ptr<T>();
     // Without saving, c_t is written over c_{t-1} in c_n: the kernel reads
@@ -92,7 +246,7 @@ void forward_loop(
     args.new_h = output + t * BS;
     args.new_cell = save ? cells + t * BS : c_n;
     if (save) {
-      // [i | o | g] over [Z_i | Z_o | Z_c], element for element.
+      // [i | o | g] over the step's rows of gates (where z may be).
       args.input_gate = z;
       args.output_gate = z + S;
       args.candidate_cell = z + 2 * S;
@@ -110,7 +264,7 @@ void forward_loop(
   }
 }
 
-template <typename T>
+template <typename T, typename Gemm>
 at::Tensor backward_loop(
     const Sizes& sizes,
     const BackwardInputs& in,
@@ -121,13 +275,14 @@ at::Tensor backward_loop(
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   const int64_t BS = B * S;
-  const at::Tensor w_h = packed_w_h(in.weights, S, in.packed); // [3S, S]
+  const Gemm gemm(in.weights, sizes, in.packed, /*backward=*/true);
   const auto options = in.gates.options();
   // dc_t, in turns: step t reads dc_t and writes dc_{t-1}; and the
   // recurrent term dZ_{t+1} W_h.
   const std::array<at::Tensor, 2> dc{
       at::empty({B, S}, options), at::empty({B, S}, options)};
-  at::Tensor recurrent = at::empty({B, S}, options);
+  at::Tensor recurrent_buffer = at::empty({B, S}, options);
+  at::Tensor recurrent;
   // grad_h_n joins grad_output[T - 1] as the dense second addend.
   std::optional<at::Tensor> grad_h_n_dense;
   if (grad_output && grad_h_n) {
@@ -135,7 +290,6 @@ at::Tensor backward_loop(
   }
   const std::array<T*, 2> dc_data{
       dc[0].mutable_data_ptr<T>(), dc[1].mutable_data_ptr<T>()};
-  T* rec = recurrent.mutable_data_ptr<T>();
   T* dz = d_gates.mutable_data_ptr<T>();
   const T* act = in.gates.const_data_ptr<T>();
   const T* cell = in.cells.const_data_ptr<T>();
@@ -154,7 +308,7 @@ at::Tensor backward_loop(
       }
       args.grad_cell = strided<T>(in.grad_c_n);
     } else {
-      args.grad_h_add = rec;
+      args.grad_h_add = recurrent.const_data_ptr<T>();
       args.ld_grad_h_add = S;
       args.grad_cell = {dc_data[(t + 1) % 2], S, 1};
     }
@@ -171,15 +325,94 @@ at::Tensor backward_loop(
       k.backward(args, begin, end);
     });
     if (t > 0) {
-      at::cpu::mm_out(recurrent, dz_view.at(t), w_h);
+      recurrent = gemm.backward(dz_view.at(t), recurrent_buffer);
     }
   }
   return dc[0];
 }
 
-// The step loops, with raw pointers for the pointwise kernels and the CPU
-// GEMM kernels called past the dispatcher: at a small batch a step is a few
-// microseconds of work, and each ATen op adds about as much.
+// --- the fused forward ------------------------------------------------------
+//
+// Per step one parallel region whose tasks each run a block of rows of a
+// panel of W_h^T's columns and the cell on them (lltm_cpu_kernel.cpp,
+// FusedStepArgs): no GEMM library and no pointwise pass, and each thread
+// runs the same panels at every step, from its own cache. float alone.
+
+bool fused_runs(const Sizes& sizes, at::ScalarType dtype) {
+  return dtype == at::kFloat && sizes.batch > 0 && sizes.state_size > 0 &&
+      cpu::best_kernels<float>().fused_step != nullptr;
+}
+
+// W_h^T in panels of `width` state units: [panels, S, 3, width].
+at::Tensor fused_panels(const at::Tensor& weights, int64_t S, int64_t width) {
+  const int64_t panels = (S + width - 1) / width;
+  at::Tensor padded = at::zeros({3, panels * width, S}, weights.options());
+  padded.narrow(1, 0, S).copy_(weights_h(weights, S).reshape({3, S, S}));
+  return padded.view({3, panels, width, S}).permute({1, 3, 0, 2}).contiguous();
+}
+
+// A task (a block of rows of one panel) of fewer multiply-adds than this is
+// not worth a thread of its own.
+constexpr int64_t kTaskMacs = int64_t(1) << 15;
+
+void fused_forward(
+    const Sizes& sizes,
+    const ForwardInputs& in,
+    ForwardBuffers& buffers) {
+  const int64_t steps = sizes.steps;
+  const int64_t B = sizes.batch;
+  const int64_t S = sizes.state_size;
+  const int64_t BS = B * S;
+  const auto& k = cpu::best_kernels<float>();
+  const at::Tensor panels =
+      in.packed != nullptr && in.packed->layouts[kPanels].defined()
+      ? in.packed->layouts[kPanels]
+      : fused_panels(in.weights, S, k.panel_width);
+  if (in.packed != nullptr) {
+    in.packed->layouts[kPanels] = panels;
+  }
+  const at::Tensor bias_c = in.bias.contiguous();
+  const at::Tensor h0_c = in.h0.contiguous();
+  const at::Tensor c0_c = in.c0.contiguous();
+  const bool save = buffers.cells.defined();
+  float* gates = buffers.gates.mutable_data_ptr<float>();
+  float* output = buffers.output.mutable_data_ptr<float>();
+  float* cells = save ? buffers.cells.mutable_data_ptr<float>() : nullptr;
+  float* c_n = buffers.c_n.mutable_data_ptr<float>();
+  const int64_t row_blocks = (B + k.block_rows - 1) / k.block_rows;
+  const int64_t tasks = (S + k.panel_width - 1) / k.panel_width * row_blocks;
+  const int64_t grain =
+      std::max<int64_t>(1, kTaskMacs / (k.block_rows * 3 * k.panel_width * S));
+  for (int64_t t = 0; t < steps; ++t) {
+    cpu::FusedStepArgs<float> args{};
+    args.h = t == 0 ? h0_c.const_data_ptr<float>() : output + (t - 1) * BS;
+    args.w = panels.const_data_ptr<float>();
+    args.z = gates + t * B * 3 * S;
+    args.bias = bias_c.const_data_ptr<float>();
+    // Without saving, c_t is written over c_{t-1} in c_n.
+    args.old_cell = t == 0 ? c0_c.const_data_ptr<float>()
+                           : (save ? cells + (t - 1) * BS : c_n);
+    args.new_h = output + t * BS;
+    args.new_cell = save ? cells + t * BS : c_n;
+    // [i | o | g] over the step's projection, element for element.
+    args.activations = save ? gates + t * B * 3 * S : nullptr;
+    args.batch = B;
+    args.state = S;
+    at::parallel_for(0, tasks, grain, [&](int64_t begin, int64_t end) {
+      k.fused_step(args, begin, end);
+    });
+  }
+  float* h_n = buffers.h_n.mutable_data_ptr<float>();
+  std::copy(output + (steps - 1) * BS, output + steps * BS, h_n);
+  if (save) {
+    std::copy(cells + (steps - 1) * BS, cells + steps * BS, c_n);
+  }
+}
+
+// The step loops, with raw pointers for the pointwise kernels: at a small
+// batch a step is a few microseconds of work, and each ATen op adds about
+// as much.
+template <typename Gemm>
 void cpu_forward(
     const Sizes& sizes,
     const ForwardInputs& in,
@@ -189,9 +422,10 @@ void cpu_forward(
       at::kBFloat16,
       in.weights.scalar_type(),
       "lltm_sequence_cpu",
-      [&] { forward_loop<scalar_t>(sizes, in, b); });
+      [&] { forward_loop<scalar_t, Gemm>(sizes, in, b); });
 }
 
+template <typename Gemm>
 StateGrads cpu_backward(
     const Sizes& sizes,
     const BackwardInputs& in,
@@ -203,18 +437,31 @@ StateGrads cpu_backward(
       at::kBFloat16,
       in.weights.scalar_type(),
       "lltm_sequence_backward_cpu",
-      [&] { state.d_c0 = backward_loop<scalar_t>(sizes, in, d_gates); });
+      [&] { state.d_c0 = backward_loop<scalar_t, Gemm>(sizes, in, d_gates); });
   return state;
 }
 
-// One set of loops for every call.
 const StepLoops& cpu_loops(
-    const Sizes& /*sizes*/,
-    at::ScalarType /*dtype*/,
-    bool /*backward*/,
+    const Sizes& sizes,
+    at::ScalarType dtype,
+    bool backward,
     const char* /*op*/) {
-  static constexpr StepLoops kLoops{&cpu_forward, &cpu_backward};
-  return kLoops;
+  static constexpr StepLoops kBlas{
+      &cpu_forward<BlasGemm>, &cpu_backward<BlasGemm>, BlasGemm::kName};
+  static constexpr StepLoops kOneDnn{
+      &cpu_forward<OneDnnGemm>, &cpu_backward<OneDnnGemm>, OneDnnGemm::kName};
+  static constexpr StepLoops kFused{
+      &fused_forward, &cpu_backward<OneDnnGemm>, "fused"};
+  const char* value = std::getenv("LLTM_SEQUENCE_PATH");
+  if (value != nullptr && std::strcmp(value, "onednn") == 0 &&
+      OneDnnGemm::runs(sizes, dtype)) {
+    return kOneDnn;
+  }
+  if (value != nullptr && std::strcmp(value, "fused") == 0 &&
+      fused_runs(sizes, dtype) && !backward) {
+    return kFused;
+  }
+  return kBlas;
 }
 
 // The two directions on a thread each, where there are threads to spare or
@@ -262,6 +509,28 @@ at::Tensor cpu_indices(std::vector<int64_t>&& values, c10::Device /*device*/) {
   return out;
 }
 
+// The op's own buffers, kept by each thread from call to call: a fresh
+// buffer of megabytes comes from the system, whose page faults at its first
+// writes cost more than the GEMM that fills it (39 MB in 11 ms, against 0.5
+// ms to write it again). A buffer past kScratchKept bytes is not kept.
+constexpr size_t kScratchKept = size_t(256) << 20;
+
+at::Tensor cpu_scratch(
+    Scratch slot,
+    at::IntArrayRef sizes,
+    const at::TensorOptions& options) {
+  thread_local std::array<at::Tensor, kScratchSlots> kept;
+  at::Tensor& buffer = kept[static_cast<size_t>(slot)];
+  const at::ScalarType dtype = c10::typeMetaToScalarType(options.dtype());
+  const auto bytes = static_cast<int64_t>(
+      c10::multiply_integers(sizes) * c10::elementSize(dtype));
+  at::Tensor bytes_of = buffer.defined() && buffer.numel() >= bytes
+      ? buffer
+      : at::empty({bytes}, options.dtype(at::kByte));
+  buffer = static_cast<size_t>(bytes) <= kScratchKept ? bytes_of : at::Tensor();
+  return bytes_of.narrow(0, 0, bytes).view(dtype).view(sizes);
+}
+
 struct Cpu {
   using Guard = backend::NoGuard;
   static const Engine& engine() {
@@ -269,7 +538,8 @@ struct Cpu {
         &cpu_loops,
         &cpu_for_each_direction,
         &cpu_min_segment_steps,
-        &cpu_indices};
+        &cpu_indices,
+        &cpu_scratch};
     return kEngine;
   }
 };

@@ -591,12 +591,14 @@ const StepLoops& cuda_loops(
     const char* op) {
   static constexpr StepLoops kPersistent{
       &persistent_forward<cuda::Exchange::kGrid>,
-      &persistent_backward<cuda::Exchange::kGrid>};
+      &persistent_backward<cuda::Exchange::kGrid>,
+      "persistent"};
   static constexpr StepLoops kCluster{
       &persistent_forward<cuda::Exchange::kCluster>,
-      &persistent_backward<cuda::Exchange::kCluster>};
-  static constexpr StepLoops kFused{&fused_forward, &fused_backward};
-  static constexpr StepLoops kSteps{&steps_forward, &steps_backward};
+      &persistent_backward<cuda::Exchange::kCluster>,
+      "cluster"};
+  static constexpr StepLoops kFused{&fused_forward, &fused_backward, "fused"};
+  static constexpr StepLoops kSteps{&steps_forward, &steps_backward, "steps"};
   switch (choose_path(sizes, dtype, backward, op)) {
     case Path::kPersistent:
       return kPersistent;
@@ -697,6 +699,14 @@ at::Tensor cuda_indices(std::vector<int64_t>&& values, c10::Device device) {
   return host.to(device, /*non_blocking=*/true);
 }
 
+// The caching allocator keeps freed blocks for the stream: nothing to keep.
+at::Tensor cuda_scratch(
+    Scratch /*slot*/,
+    at::IntArrayRef sizes,
+    const at::TensorOptions& options) {
+  return at::empty(sizes, options);
+}
+
 struct Cuda {
   using Guard = c10::cuda::CUDAGuard;
   static const Engine& engine() {
@@ -704,7 +714,8 @@ struct Cuda {
         &cuda_loops,
         &cuda_for_each_direction,
         &cuda_min_segment_steps,
-        &cuda_indices};
+        &cuda_indices,
+        &cuda_scratch};
     return kEngine;
   }
 };

@@ -24,6 +24,7 @@ from . import reference
 from .layer import LLTMLayer
 from .module import LLTM
 from .ops import lltm, lltm_sequence
+from .paths import PathsThatRan, paths_that_ran
 
 
 def _package_version() -> str:
@@ -43,11 +44,13 @@ __version__: str = _package_version()
 __all__ = [
     "LLTM",
     "LLTMLayer",
+    "PathsThatRan",
     "__version__",
     "available_backends",
     "build_info",
     "lltm",
     "lltm_sequence",
+    "paths_that_ran",
     "reference",
 ]
 
