@@ -7,6 +7,7 @@
 // at run time. CMake adds no other pybind11 include directory.
 #include "lltm.h"
 #include "ops.h"
+#include "path_choice.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/TypeTraits.h>
@@ -117,6 +118,33 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m, py::mod_gil_not_used()) {
       "supported_dtypes",
       [] { return lltm::supported_dtypes().vec(); },
       "The dtypes the kernels are built for.");
+  // The sequence paths' choices (cpp/path_choice.h), for lltm.tuning.
+  m.def(
+      "_path_choices",
+      [] {
+        std::vector<py::dict> out;
+        for (const auto& [key, choice] : lltm::sequence::choice::choices()) {
+          py::dict entry;
+          entry["key"] = key;
+          entry["path"] = choice.path;
+          entry["source"] = choice.source;
+          entry["times_us"] = choice.times;
+          out.push_back(std::move(entry));
+        }
+        return out;
+      },
+      "The sequence paths chosen so far: key, path, source, times_us.");
+  m.def(
+      "_load_path_choices",
+      &lltm::sequence::choice::load,
+      "Keep these (key, path) choices, where a key has none yet.",
+      py::arg("entries"),
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_clear_path_choices",
+      &lltm::sequence::choice::clear,
+      "Forget every sequence path's choice.",
+      py::call_guard<py::gil_scoped_release>());
   // Recorded at compile time, so Python can check which headers were used.
   m.attr("PYBIND11_VERSION") = std::to_string(PYBIND11_VERSION_MAJOR) + "." +
       std::to_string(PYBIND11_VERSION_MINOR) + "." +

@@ -357,6 +357,90 @@ void fused_step(const FusedStepArgs<float>& a, int64_t begin, int64_t end) {
   }
 }
 
+// The backward's rows of a task: one accumulator vector a row.
+constexpr int kBackwardBlockRows = 2 * kBlockRows;
+
+template <int kRows>
+void fused_backward_panel(
+    const FusedBackwardStepArgs<float>& a,
+    int64_t p,
+    int64_t row) {
+  using V = Vec<float>;
+  constexpr int64_t kWidth = V::size();
+  const int64_t S = a.state;
+  V acc[kRows];
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r) {
+    acc[r] = V(0.0f);
+  }
+  if (a.dz_next != nullptr) {
+    const float* w = a.w + p * 3 * S * kWidth;
+    const float* dz = a.dz_next + row * 3 * S;
+    for (int64_t k = 0; k < 3 * S; ++k) {
+      const V w_k = V::loadu(w + k * kWidth);
+#pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) {
+        acc[r] = at::vec::fmadd(V(dz[r * 3 * S + k]), w_k, acc[r]);
+      }
+    }
+  }
+  const int64_t s = p * kWidth;
+  const int64_t n = std::min(kWidth, S - s);
+  const V one(1.0f);
+  const V zero(0.0f);
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t b = row + r;
+    V gh = load(a.grad_h, b, s, n) + acc[r];
+    if (a.grad_h_add != nullptr) {
+      gh = gh + load(a.grad_h_add + b * S + s, n);
+    }
+    const V gc = load(a.grad_cell, b, s, n);
+    const float* act = a.activations + b * 3 * S;
+    const V i = load(act + s, n);
+    const V o = load(act + S + s, n);
+    const V g = load(act + 2 * S + s, n);
+    const V t = tanh(load(a.new_cell + b * S + s, n));
+    const V dc = (one - t * t) * o * gh + gc;
+    float* dz = a.d_gates + b * 3 * S;
+    store(dz + s, dc * g * i * (one - i), n);
+    store(dz + S + s, gh * t * o * (one - o), n);
+    store(dz + 2 * S + s, dc * i * V::blendv(g + one, one, g > zero), n);
+    store(a.d_old_cell + b * S + s, dc, n);
+  }
+}
+
+template <int kRows>
+void fused_backward_rows(
+    const FusedBackwardStepArgs<float>& a,
+    int64_t p,
+    int64_t row,
+    int64_t rows) {
+  if constexpr (kRows > 1) {
+    if (rows < kRows) {
+      fused_backward_rows<kRows - 1>(a, p, row, rows);
+      return;
+    }
+  }
+  fused_backward_panel<kRows>(a, p, row);
+}
+
+void fused_backward_step(
+    const FusedBackwardStepArgs<float>& a,
+    int64_t begin,
+    int64_t end) {
+  const int64_t row_blocks =
+      (a.batch + kBackwardBlockRows - 1) / kBackwardBlockRows;
+  for (int64_t task = begin; task < end; ++task) {
+    const int64_t row = (task % row_blocks) * kBackwardBlockRows;
+    fused_backward_rows<kBackwardBlockRows>(
+        a,
+        task / row_blocks,
+        row,
+        std::min<int64_t>(kBackwardBlockRows, a.batch - row));
+  }
+}
+
 template <typename T>
 constexpr Kernels<T> kernels() {
   if constexpr (std::is_same_v<T, float>) {
@@ -364,10 +448,12 @@ constexpr Kernels<T> kernels() {
         &forward_rows<T>,
         &backward_rows<T>,
         &fused_step,
+        &fused_backward_step,
         Vec<float>::size(),
-        kBlockRows};
+        kBlockRows,
+        kBackwardBlockRows};
   } else {
-    return {&forward_rows<T>, &backward_rows<T>, nullptr, 0, 0};
+    return {&forward_rows<T>, &backward_rows<T>, nullptr, nullptr, 0, 0, 0};
   }
 }
 

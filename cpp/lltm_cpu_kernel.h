@@ -98,6 +98,27 @@ struct FusedStepArgs {
   int64_t state;
 };
 
+// One step of a sequence's backward with its recurrent GEMM fused in: gh =
+// grad_h + grad_h_add + dz_next W_h (the next step's dZ, [batch, 3 *
+// state], or nullptr at the last step), then the backward's math per unit.
+// W_h comes in panels of `panel_width` state units, [panels, 3 * state,
+// panel_width] (column block k of W_h's rows, zeros past the state's end);
+// tasks are (panel, block of `backward_block_rows` rows), as the forward's.
+template <typename T>
+struct FusedBackwardStepArgs {
+  const T* dz_next;
+  const T* w;
+  Strided<T> grad_h;
+  const T* grad_h_add; // [batch, state], dense, or nullptr
+  Strided<T> grad_cell;
+  const T* new_cell; // [batch, state], dense
+  const T* activations; // [i | o | g], [batch, 3 * state], dense
+  T* d_gates; // [batch, 3 * state], dense
+  T* d_old_cell; // [batch, state], dense
+  int64_t batch;
+  int64_t state;
+};
+
 template <typename T>
 struct Kernels {
   // Computes rows [begin, end) of the outputs.
@@ -106,8 +127,13 @@ struct Kernels {
   // Tasks [begin, end) of a fused step (FusedStepArgs), and the task's
   // shape; nullptr where the type has none.
   void (*fused_step)(const FusedStepArgs<T>& args, int64_t begin, int64_t end);
+  void (*fused_backward_step)(
+      const FusedBackwardStepArgs<T>& args,
+      int64_t begin,
+      int64_t end);
   int64_t panel_width;
   int64_t block_rows;
+  int64_t backward_block_rows;
 };
 
 // The kernels of one CPU capability, for every dtype.

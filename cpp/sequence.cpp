@@ -4,6 +4,9 @@
 // over all steps after the backward's loops. sequence.h states the math.
 #include "sequence.h"
 
+#include "path_choice.h"
+
+#include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/flip.h>
@@ -16,6 +19,8 @@
 #include <torch/library.h>
 
 #include <array>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <numeric>
 #include <string>
@@ -607,6 +612,21 @@ OutputMask segment_mask(bool first, const OutputMask& mask) {
   return {false, false, false, !first || mask[3], !first || mask[4]};
 }
 
+// The loops of a block: the thread's forced ones while a choice measures
+// them, else the engine's choice.
+const StepLoops& loops_for(
+    const Engine& engine,
+    const Sizes& sizes,
+    at::ScalarType dtype,
+    bool backward,
+    bool save,
+    const char* op) {
+  if (const StepLoops* forced = choice::Forced::get(backward)) {
+    return *forced;
+  }
+  return engine.loops(sizes, dtype, backward, save, op);
+}
+
 // The path that runs a block of steps, as a range in torch.profiler
 // ("lltm::sequence_path::onednn", "lltm::sequence_backward_path::steps"):
 // how the tests and the benchmark see which path ran, on any device. The
@@ -772,7 +792,7 @@ ForwardResult run_forward(
       const at::Tensor c_first =
           i == 0 ? c0 : state_before(cells_d, segments[i - 1], s.batch);
       const StepLoops& loops =
-          engine.loops(sizes, dtype, /*backward=*/false, op);
+          loops_for(engine, sizes, dtype, /*backward=*/false, save, op);
       const RecordPath record(loops, /*backward=*/false);
       loops.forward(sizes, {w, bias, h_first, c_first, &packed}, b);
     }
@@ -835,6 +855,78 @@ at::Tensor dense_weight_grads(
 }
 
 } // namespace
+
+namespace {
+
+// Values of the cell's usual range, from no generator: n of them, in a
+// [rows, cols] tensor.
+at::Tensor made_up(
+    at::IntArrayRef sizes,
+    double scale,
+    const at::TensorOptions& options) {
+  return at::arange(
+             c10::multiply_integers(sizes),
+             options.dtype(at::kFloat).device(at::kCPU))
+      .mul_(0.37)
+      .sin_()
+      .mul_(scale)
+      .view(sizes)
+      .to(options);
+}
+
+template <typename Run>
+double best_of_three(Run run) {
+  run(); // warm-up: the first run's allocations and packed weights
+  double best = 0;
+  for (int i = 0; i < 3; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    const std::chrono::duration<double, std::micro> took =
+        std::chrono::steady_clock::now() - start;
+    best = i == 0 ? took.count() : std::min(best, took.count());
+  }
+  return best;
+}
+
+} // namespace
+
+double time_loops(
+    const Engine& engine,
+    const StepLoops& loops,
+    const Sizes& sizes,
+    at::ScalarType dtype,
+    c10::Device device,
+    bool backward,
+    bool save) {
+  const auto [T, B, F, S] = sizes;
+  const auto options = at::TensorOptions().dtype(dtype).device(device);
+  const at::Tensor input = made_up({T, B, F}, 1.0, options);
+  const at::Tensor weights =
+      made_up({3 * S, S + F}, 1.0 / std::sqrt(double(S + F)), options);
+  const at::Tensor bias = made_up({3 * S}, 0.1, options);
+  const at::Tensor h0 = made_up({B, S}, 0.5, options);
+  const at::Tensor c0 = made_up({B, S}, 0.5, options);
+  const Problem p{sizes};
+  const ForwardInputs in{weights, bias, h0, c0};
+  constexpr const char* op = "lltm::sequence (measuring a path)";
+  // Any loops' forward saves what any loops' backward reads.
+  const choice::Forced forced(&loops, &loops);
+  // The runs are the choice's, not the caller's: a profiler sees none.
+  const at::DisableRecordFunctionGuard unrecorded;
+  if (!backward) {
+    return best_of_three([&] { run_forward(p, input, in, engine, save, op); });
+  }
+  const auto [output, h_n, c_n, cells, gates] =
+      run_forward(p, input, in, engine, /*save=*/true, op);
+  const std::optional<at::Tensor> grad_output =
+      made_up({T, B, S}, 1.0, options);
+  const BackwardInputs back{
+      grad_output, std::nullopt, std::nullopt, weights, cells, gates};
+  return best_of_three([&] {
+    run_backward(
+        p, input, h0, output, back, {true, true, true, true, true}, engine);
+  });
+}
 
 BackwardResult run_backward(
     const Problem& p,
@@ -909,8 +1001,13 @@ BackwardResult run_backward(
       }
       at::Tensor d_gates =
           engine.scratch(Scratch::kDGates, {T, B, 3 * S}, options);
-      const StepLoops& loops = engine.loops(
-          sizes, dtype, /*backward=*/true, "lltm::sequence_backward");
+      const StepLoops& loops = loops_for(
+          engine,
+          sizes,
+          dtype,
+          /*backward=*/true,
+          /*save=*/true,
+          "lltm::sequence_backward");
       const RecordPath record(loops, /*backward=*/true);
       StateGrads state = loops.backward(
           sizes,
@@ -979,8 +1076,13 @@ BackwardResult run_backward(
       }
       at::Tensor dz = block(d_gates, s);
       const OutputMask wanted = segment_mask(i == 0, mask);
-      const StepLoops& loops = engine.loops(
-          sizes, dtype, /*backward=*/true, "lltm::sequence_backward");
+      const StepLoops& loops = loops_for(
+          engine,
+          sizes,
+          dtype,
+          /*backward=*/true,
+          /*save=*/true,
+          "lltm::sequence_backward");
       const RecordPath record(loops, /*backward=*/true);
       StateGrads state = loops.backward(
           sizes,

@@ -136,8 +136,8 @@ struct PackedWeights {
   at::Tensor w_h_t;
   at::Tensor w_h;
   // A backend's own layouts of W_h, at the backend's own indices (the
-  // CPU's: oneDNN's two, the fused step's panels), kept the same way.
-  std::array<at::Tensor, 3> layouts;
+  // CPU's: oneDNN's two, the fused steps' two), kept the same way.
+  std::array<at::Tensor, 4> layouts;
 };
 
 // What the forward's loops read besides the sizes and the buffers.
@@ -217,8 +217,13 @@ constexpr size_t kScratchSlots = 4;
 struct Engine {
   // The loops of one dense block (the block's sizes, the dtype, which
   // direction of autograd, the op for messages).
-  const StepLoops& (
-      *loops)(const Sizes&, at::ScalarType, bool backward, const char* op);
+  // save: the forward saves for a backward (else an inference forward).
+  const StepLoops& (*loops)(
+      const Sizes&,
+      at::ScalarType,
+      bool backward,
+      bool save,
+      const char* op);
   // Runs body(d) for each direction d < directions, at once where the
   // backend can (CUDA: a second stream; the CPU: a thread each, where that
   // pays at these sizes), and returns once all have run.
@@ -240,6 +245,19 @@ struct Engine {
       at::IntArrayRef sizes,
       const at::TensorOptions& options);
 };
+
+// Microseconds that `loops` takes over a block of `sizes` of made-up
+// values (not from torch's generator) on `device`, the op's work around the
+// loops included: the best of three runs after a warm-up. How an engine's
+// loops measure their candidates (path_choice.h).
+double time_loops(
+    const Engine& engine,
+    const StepLoops& loops,
+    const Sizes& sizes,
+    at::ScalarType dtype,
+    c10::Device device,
+    bool backward,
+    bool save);
 
 // The ops on a backend.
 ForwardResult run_forward(

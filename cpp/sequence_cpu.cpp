@@ -5,6 +5,7 @@
 #include "cell_backend.h"
 #include "lltm_cpu.h"
 #include "lltm_cpu_kernel.h"
+#include "path_choice.h"
 #include "sequence.h"
 
 #include <ATen/Dispatch.h>
@@ -74,7 +75,12 @@ class StepView {
 //           (docs/performance.md has both on AMD).
 
 // Where the loops keep their layouts of W_h in PackedWeights::layouts.
-enum Layout : size_t { kOneDnnForward, kOneDnnBackward, kPanels };
+enum Layout : size_t {
+  kOneDnnForward,
+  kOneDnnBackward,
+  kPanels,
+  kBackwardPanels
+};
 
 struct BlasGemm {
   static constexpr const char* kName = "steps";
@@ -409,6 +415,84 @@ void fused_forward(
   }
 }
 
+// W_h in panels of `width` state units: [panels, 3S, width].
+at::Tensor fused_backward_panels(
+    const at::Tensor& weights,
+    int64_t S,
+    int64_t width) {
+  const int64_t panels = (S + width - 1) / width;
+  at::Tensor padded = at::zeros({3 * S, panels * width}, weights.options());
+  padded.narrow(1, 0, S).copy_(weights_h(weights, S));
+  return padded.view({3 * S, panels, width}).permute({1, 0, 2}).contiguous();
+}
+
+// The reverse loop: per step one parallel region of tasks that each run the
+// recurrent GEMM of a block of rows and a panel of units and the cell's
+// backward on them (lltm_cpu_kernel.cpp, FusedBackwardStepArgs).
+StateGrads fused_backward(
+    const Sizes& sizes,
+    const BackwardInputs& in,
+    const OutputMask& /*output_mask*/,
+    at::Tensor& d_gates) {
+  const std::optional<at::Tensor>& grad_output = in.grad_output;
+  const std::optional<at::Tensor>& grad_h_n = in.grad_h_n;
+  const int64_t steps = sizes.steps;
+  const int64_t B = sizes.batch;
+  const int64_t S = sizes.state_size;
+  const int64_t BS = B * S;
+  const auto& k = cpu::best_kernels<float>();
+  const at::Tensor panels =
+      in.packed != nullptr && in.packed->layouts[kBackwardPanels].defined()
+      ? in.packed->layouts[kBackwardPanels]
+      : fused_backward_panels(in.weights, S, k.panel_width);
+  if (in.packed != nullptr) {
+    in.packed->layouts[kBackwardPanels] = panels;
+  }
+  const auto options = in.gates.options();
+  // dc_t, in turns: step t reads dc_t and writes dc_{t-1}.
+  const std::array<at::Tensor, 2> dc{
+      at::empty({B, S}, options), at::empty({B, S}, options)};
+  std::optional<at::Tensor> grad_h_n_dense;
+  if (grad_output && grad_h_n) {
+    grad_h_n_dense = grad_h_n->contiguous();
+  }
+  float* dz = d_gates.mutable_data_ptr<float>();
+  const float* act = in.gates.const_data_ptr<float>();
+  const float* cell = in.cells.const_data_ptr<float>();
+  const int64_t row_blocks =
+      (B + k.backward_block_rows - 1) / k.backward_block_rows;
+  const int64_t tasks = (S + k.panel_width - 1) / k.panel_width * row_blocks;
+  const int64_t grain = std::max<int64_t>(
+      1, kTaskMacs / (k.backward_block_rows * 3 * k.panel_width * S));
+  for (int64_t t = steps - 1; t >= 0; --t) {
+    cpu::FusedBackwardStepArgs<float> args{};
+    args.w = panels.const_data_ptr<float>();
+    args.grad_h = strided_step<float>(grad_output, t);
+    if (t == steps - 1) {
+      args.dz_next = nullptr;
+      if (!grad_output) {
+        args.grad_h = strided<float>(grad_h_n);
+      } else if (grad_h_n_dense) {
+        args.grad_h_add = grad_h_n_dense->const_data_ptr<float>();
+      }
+      args.grad_cell = strided<float>(in.grad_c_n);
+    } else {
+      args.dz_next = dz + (t + 1) * B * 3 * S;
+      args.grad_cell = {dc[(t + 1) % 2].const_data_ptr<float>(), S, 1};
+    }
+    args.new_cell = cell + t * BS;
+    args.activations = act + t * B * 3 * S;
+    args.d_gates = dz + t * B * 3 * S;
+    args.d_old_cell = dc[t % 2].mutable_data_ptr<float>();
+    args.batch = B;
+    args.state = S;
+    at::parallel_for(0, tasks, grain, [&](int64_t begin, int64_t end) {
+      k.fused_backward_step(args, begin, end);
+    });
+  }
+  return {dc[0], std::nullopt};
+}
+
 // The step loops, with raw pointers for the pointwise kernels: at a small
 // batch a step is a few microseconds of work, and each ATen op adds about
 // as much.
@@ -441,27 +525,101 @@ StateGrads cpu_backward(
   return state;
 }
 
+const Engine& cpu_engine();
+
+// Estimated microseconds of a block on each candidate, for LLTM_TUNING=0:
+// what packing W_h costs a call, a cost per step and per multiply-add of
+// the steps' GEMMs, and per multiply-add of the input's GEMMs, fitted by
+// scripts/fit_cpu_paths.py to 40 random sizes (seed 1) on a 2-core AMD
+// EPYC. There it picks the fastest path for 25 to 32 of 40 sizes, and at
+// worst one 1.7x to 3.1x slower; measuring is the default for that reason
+// (docs/performance.md, "The CPU's paths").
+std::vector<double> cpu_model(
+    const Sizes& sizes,
+    c10::ArrayRef<const StepLoops*> candidates,
+    bool backward,
+    bool save) {
+  struct Cost {
+    const char* name;
+    double per_s2; // per S^2 / 1e6, once a call
+    double per_step;
+    double per_gmac; // per 1e9 multiply-adds of the steps' GEMMs
+    double per_io_gmac; // of the input's GEMMs
+  };
+  using Costs = std::array<Cost, 3>;
+  static constexpr Costs kInference{
+      Cost{"steps", 2078.0, 2.47, 22040.4, 15132.6},
+      Cost{"onednn", 2079.4, 17.19, 5259.5, 16835.2},
+      Cost{"fused", 2935.0, 1.85, 9523.6, 15649.2}};
+  static constexpr Costs kForward{
+      Cost{"steps", 2196.2, 2.79, 20620.9, 17126.1},
+      Cost{"onednn", 1844.7, 17.23, 6139.1, 16459.7},
+      Cost{"fused", 1763.5, 1.19, 2504.3, 19552.6}};
+  static constexpr Costs kBackward{
+      Cost{"steps", 2794.1, 4.84, 36970.0, 29335.2},
+      Cost{"onednn", 4381.4, 13.89, 17782.9, 30611.9},
+      Cost{"fused", 3035.6, 2.85, 16207.9, 31038.8}};
+  const Costs& costs = backward ? kBackward : (save ? kForward : kInference);
+  const auto [T, B, F, S] = sizes;
+  const double steps = static_cast<double>(T);
+  const double s2 = 1e-6 * static_cast<double>(S) * static_cast<double>(S);
+  const double gmacs = 1e-9 * static_cast<double>(B * 3 * S) * S;
+  const double io_gmacs = 1e-9 * steps * static_cast<double>(B * 3 * S) * F;
+  std::vector<double> out;
+  for (const StepLoops* c : candidates) {
+    double estimate = 0;
+    for (const Cost& cost : costs) {
+      if (std::strcmp(cost.name, c->name) == 0) {
+        estimate = cost.per_s2 * s2 +
+            steps * (cost.per_step + cost.per_gmac * gmacs) +
+            cost.per_io_gmac * io_gmacs;
+      }
+    }
+    out.push_back(estimate);
+  }
+  return out;
+}
+
+// The CPU's paths, chosen per kind of block (path_choice.h): steps runs
+// every block; onednn and fused float32's, where torch has oneDNN and the
+// processor the fused kernel's vectors.
 const StepLoops& cpu_loops(
     const Sizes& sizes,
     at::ScalarType dtype,
     bool backward,
+    bool save,
     const char* /*op*/) {
-  static constexpr StepLoops kBlas{
+  static constexpr StepLoops kSteps{
       &cpu_forward<BlasGemm>, &cpu_backward<BlasGemm>, BlasGemm::kName};
   static constexpr StepLoops kOneDnn{
       &cpu_forward<OneDnnGemm>, &cpu_backward<OneDnnGemm>, OneDnnGemm::kName};
-  static constexpr StepLoops kFused{
-      &fused_forward, &cpu_backward<OneDnnGemm>, "fused"};
-  const char* value = std::getenv("LLTM_SEQUENCE_PATH");
-  if (value != nullptr && std::strcmp(value, "onednn") == 0 &&
-      OneDnnGemm::runs(sizes, dtype)) {
-    return kOneDnn;
+  static constexpr StepLoops kFused{&fused_forward, &fused_backward, "fused"};
+  std::array<const StepLoops*, 3> candidates{};
+  size_t n = 0;
+  candidates[n++] = &kSteps;
+  if (OneDnnGemm::runs(sizes, dtype)) {
+    candidates[n++] = &kOneDnn;
   }
-  if (value != nullptr && std::strcmp(value, "fused") == 0 &&
-      fused_runs(sizes, dtype) && !backward) {
-    return kFused;
+  if (fused_runs(sizes, dtype)) {
+    candidates[n++] = &kFused;
   }
-  return kBlas;
+  const c10::ArrayRef<const StepLoops*> paths(candidates.data(), n);
+  // A direction on a thread of its own runs its steps on that thread.
+  const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
+  const choice::Key key = choice::key_of(
+      c10::DeviceType::CPU, dtype, backward, save, threads, sizes);
+  return choice::choose(
+      key,
+      paths,
+      [&](const StepLoops& loops) {
+        return choice::time_steps(sizes.steps, [&](int64_t steps) {
+          Sizes timed = sizes;
+          timed.steps = steps;
+          return time_loops(
+              cpu_engine(), loops, timed, dtype, at::kCPU, backward, save);
+        });
+      },
+      [&] { return cpu_model(sizes, paths, backward, save); });
 }
 
 // The two directions on a thread each, where there are threads to spare or
@@ -519,6 +677,10 @@ at::Tensor cpu_scratch(
     Scratch slot,
     at::IntArrayRef sizes,
     const at::TensorOptions& options) {
+  if (choice::Forced::active()) {
+    // A measured run inside a call: the call's own buffers are in use.
+    return at::empty(sizes, options);
+  }
   thread_local std::array<at::Tensor, kScratchSlots> kept;
   at::Tensor& buffer = kept[static_cast<size_t>(slot)];
   const at::ScalarType dtype = c10::typeMetaToScalarType(options.dtype());
@@ -531,16 +693,20 @@ at::Tensor cpu_scratch(
   return bytes_of.narrow(0, 0, bytes).view(dtype).view(sizes);
 }
 
+const Engine& cpu_engine() {
+  static constexpr Engine kEngine{
+      &cpu_loops,
+      &cpu_for_each_direction,
+      &cpu_min_segment_steps,
+      &cpu_indices,
+      &cpu_scratch};
+  return kEngine;
+}
+
 struct Cpu {
   using Guard = backend::NoGuard;
   static const Engine& engine() {
-    static constexpr Engine kEngine{
-        &cpu_loops,
-        &cpu_for_each_direction,
-        &cpu_min_segment_steps,
-        &cpu_indices,
-        &cpu_scratch};
-    return kEngine;
+    return cpu_engine();
   }
 };
 

@@ -23,6 +23,7 @@
 // Each call validates its inputs with the shared checks, sets the device,
 // and launches on the current stream of the inputs' device.
 #include "cell_backend.h"
+#include "path_choice.h"
 #include "sequence.h"
 
 #include "../cuda/lltm_kernel.h"
@@ -413,29 +414,22 @@ StateGrads persistent_backward(
 
 enum class Path { kAuto, kPersistent, kCluster, kFused, kSteps };
 
+// LLTM_SEQUENCE_PATH (path_choice.h checks the name); a CPU path is auto
+// here.
 Path requested_path() {
-  const char* value = std::getenv("LLTM_SEQUENCE_PATH");
-  if (value == nullptr || *value == '\0' || std::strcmp(value, "auto") == 0) {
-    return Path::kAuto;
-  }
-  if (std::strcmp(value, "persistent") == 0) {
+  const std::string value = choice::requested_path();
+  if (value == "persistent") {
     return Path::kPersistent;
   }
-  if (std::strcmp(value, "cluster") == 0) {
+  if (value == "cluster") {
     return Path::kCluster;
   }
-  if (std::strcmp(value, "fused") == 0) {
+  if (value == "fused") {
     return Path::kFused;
   }
-  if (std::strcmp(value, "steps") == 0) {
+  if (value == "steps") {
     return Path::kSteps;
   }
-  TORCH_CHECK_VALUE(
-      false,
-      "LLTM_SEQUENCE_PATH=",
-      std::string(value),
-      ": expected auto, persistent, cluster, fused or steps (or unset, which "
-      "is auto)");
   return Path::kAuto;
 }
 
@@ -588,6 +582,7 @@ const StepLoops& cuda_loops(
     const Sizes& sizes,
     at::ScalarType dtype,
     bool backward,
+    bool /*save*/,
     const char* op) {
   static constexpr StepLoops kPersistent{
       &persistent_forward<cuda::Exchange::kGrid>,

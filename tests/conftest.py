@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import random
+import tempfile
 from collections.abc import Iterator
+
+# The sequence paths' choices of the tests' processes are kept apart from
+# the user's (lltm.tuning), before lltm's import reads them.
+os.environ.setdefault("LLTM_CACHE_DIR", tempfile.mkdtemp(prefix="lltm-cache-"))
 
 import pytest
 import torch

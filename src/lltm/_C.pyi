@@ -36,3 +36,13 @@ _backward_aten = backward
 
 def supported_dtypes() -> list[torch.dtype]:
     """The dtypes the kernels are built for."""
+
+# The sequence paths' choices (cpp/path_choice.h), for lltm.tuning.
+def _path_choices() -> list[dict[str, object]]:
+    """The sequence paths chosen so far: key, path, source, times_us."""
+
+def _load_path_choices(entries: list[tuple[str, str]]) -> None:
+    """Keep these (key, path) choices, where a key has none yet."""
+
+def _clear_path_choices() -> None:
+    """Forget every sequence path's choice."""

@@ -20,11 +20,12 @@ from ._loader import load_extension
 # when it matches this torch, else per LLTM_BACKEND.
 _C, _backend = load_extension()
 
-from . import reference
+from . import reference, tuning
 from .layer import LLTMLayer
 from .module import LLTM
 from .ops import lltm, lltm_sequence
 from .paths import PathsThatRan, paths_that_ran
+from .tuning import PathChoice, clear_path_choices, path_choices
 
 
 def _package_version() -> str:
@@ -41,17 +42,24 @@ def _package_version() -> str:
 
 __version__: str = _package_version()
 
+# The sequence paths chosen by earlier processes (lltm.tuning).
+tuning._install()
+
 __all__ = [
     "LLTM",
     "LLTMLayer",
+    "PathChoice",
     "PathsThatRan",
     "__version__",
     "available_backends",
     "build_info",
+    "clear_path_choices",
     "lltm",
     "lltm_sequence",
+    "path_choices",
     "paths_that_ran",
     "reference",
+    "tuning",
 ]
 
 

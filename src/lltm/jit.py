@@ -55,6 +55,7 @@ CPU_SOURCES = (
     "cpp/cpu_dispatch.cpp",
     "cpp/sequence.cpp",
     "cpp/sequence_cpu.cpp",
+    "cpp/path_choice.cpp",
     "cpp/autocast.cpp",
     "cpp/layouts.cpp",
 )

@@ -1,0 +1,139 @@
+"""How the sequence ops choose a path, and the choices' cache on disk.
+
+Each kind of block of steps (device, dtype, training or inference, threads,
+sizes in buckets) gets one path per process, chosen at its first block:
+
+1. ``LLTM_SEQUENCE_PATH`` where it names a path that can run the block
+   (on the CPU ``steps``, ``onednn`` or ``fused``; on CUDA ``persistent``,
+   ``cluster``, ``fused`` or ``steps``);
+2. else a choice kept from an earlier process (this module's cache);
+3. else, on the CPU, the fastest path measured on a block of these sizes
+   (``LLTM_TUNING=1``, the default) or the one a cost model fitted to
+   measurements expects to be fastest (``LLTM_TUNING=0``). CUDA keeps its
+   own rules for now.
+
+Measured choices are kept in ``$LLTM_CACHE_DIR`` (default
+``~/.cache/lltm``; empty: not kept), one file per machine, lltm version and
+torch version, written when the process exits. Writers replace the file
+whole, so concurrent processes never see half of one.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import warnings
+from pathlib import Path
+from typing import TypedDict
+
+import torch
+
+# Set on the package before this module's import (lltm/__init__.py).
+from . import _C
+
+__all__ = ["PathChoice", "cache_file", "clear_path_choices", "path_choices"]
+
+_FORMAT = 1
+
+
+class PathChoice(TypedDict):
+    """One kind of block and its path.
+
+    ``key`` names the kind (``cpu|Float|inference|threads=2|T=64|B=16|F=32|S=128``:
+    steps past 16 and batches share the power of two at or above them);
+    ``source`` is ``"measured"``, ``"model"`` or ``"cache"`` (from disk);
+    ``times_us`` the microseconds each candidate took (or the model's
+    estimate) for a block of that kind.
+    """
+
+    key: str
+    path: str
+    source: str
+    times_us: list[tuple[str, float]]
+
+
+def path_choices() -> list[PathChoice]:
+    """The paths chosen so far in this process, with why (``PathChoice``)."""
+    return [
+        PathChoice(key=c["key"], path=c["path"], source=c["source"], times_us=list(c["times_us"]))
+        for c in _C._path_choices()
+    ]
+
+
+def clear_path_choices() -> None:
+    """Forget every choice of this process: the next block of each kind chooses again."""
+    _C._clear_path_choices()
+
+
+def _machine() -> str:
+    """The processor's model and logical CPUs: a choice measured on one is not another's."""
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{model} x{os.cpu_count()}"
+
+
+def cache_file() -> Path | None:
+    """The file that keeps this machine's choices, or None where ``LLTM_CACHE_DIR`` is empty."""
+    from . import __version__  # noqa: PLC0415
+
+    root = os.environ.get("LLTM_CACHE_DIR")
+    if root == "":
+        return None
+    directory = Path(root) if root is not None else Path.home() / ".cache" / "lltm"
+    identity = json.dumps([_FORMAT, _machine(), __version__, str(torch.__version__)])
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    return directory / f"paths-{digest}.json"
+
+
+def _read(path: Path) -> dict[str, str]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, dict):
+        return {}
+    return {k: v for k, v in choices.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def load() -> None:
+    """Keep the choices of the cache file (lltm's import calls this)."""
+    path = cache_file()
+    if path is not None and path.exists():
+        _C._load_path_choices(sorted(_read(path).items()))
+
+
+def save() -> None:
+    """Add this process's measured choices to the cache file (at exit)."""
+    path = cache_file()
+    if path is None:
+        return
+    measured = {c["key"]: c["path"] for c in _C._path_choices() if c["source"] == "measured"}
+    if not measured:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        choices = {**_read(path), **measured}
+        with tempfile.NamedTemporaryFile(
+            "w", dir=path.parent, prefix=path.name, suffix=".tmp", delete=False
+        ) as f:
+            json.dump({"format": _FORMAT, "choices": choices}, f, indent=0, sort_keys=True)
+        Path(f.name).replace(path)
+    except OSError as e:
+        warnings.warn(
+            f"lltm: could not keep the sequence paths' choices in {path}: {e}", stacklevel=1
+        )
+
+
+def _install() -> None:
+    load()
+    atexit.register(save)
