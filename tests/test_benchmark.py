@@ -797,3 +797,322 @@ def test_option_flags_that_cannot_apply_are_refused(
     with pytest.raises(SystemExit, match="2"):
         benchmark.parse_args(argv)
     assert re.search(message, capsys.readouterr().err)
+
+
+# --- random off-grid sizes, inference, and the path that the layer ran ---------------
+
+# The names of the sequence paths, on the CPU and on CUDA.
+KNOWN_PATHS = {"steps", "onednn", "fused", "persistent", "cluster"}
+TINY_RANGES = ["--random-range", "T=2:6,B=1:5,F=16:20,S=32:40"]
+
+
+def test_draw_sizes_is_seeded_log_uniform_in_range_and_capped() -> None:
+    tiny = {"T": (2, 6), "B": (1, 5), "F": (16, 20), "S": (32, 40)}
+    drawn = seq.draw_sizes(3, 7, tiny)
+    # Pinned: the same seed gives these sizes on every machine (decimal's ln
+    # and exp, not the platform's libm).
+    assert drawn.sizes == [(3, 1, 19, 33), (4, 2, 16, 36), (2, 2, 16, 33)]
+    assert seq.draw_sizes(3, 7, tiny).sizes == drawn.sizes
+    assert seq.draw_sizes(3, 8, tiny).sizes != drawn.sizes
+    # A longer draw starts with the shorter one.
+    assert seq.draw_sizes(5, 7, tiny).sizes[:3] == drawn.sizes
+    # Unnamed keys keep their defaults; every size lies in its range.
+    many = seq.draw_sizes(1000, 0, {"T": (3, 900)})
+    assert many.ranges == {**seq.RANDOM_RANGES, "T": (3, 900)}
+    for i, key in enumerate("TBFS"):
+        lo, hi = many.ranges[key]
+        values = sorted(size[i] for size in many.sizes)
+        assert lo <= values[0]
+        assert values[-1] <= hi
+        # Log-uniform: the median near the geometric mean of the range (a
+        # uniform draw's would be near the middle, 4 to 20 times as large).
+        assert 0.7 < values[500] / (lo * hi) ** 0.5 < 1.4
+    # Odd sizes occur.
+    assert sum(1 for size in many.sizes if size[0] % 2 and size[2] % 2) > 100
+    # The cap: every size under it, the same redraws for the same seed.
+    capped = seq.draw_sizes(20, 3, {"T": (100, 2000), "B": (100, 4096)}, max_gmacs=2.0)
+    assert capped.redraws > 0
+    assert all(seq.forward_macs(*size) <= 2e9 for size in capped.sizes)
+    again = seq.draw_sizes(20, 3, {"T": (100, 2000), "B": (100, 4096)}, max_gmacs=2.0)
+    assert (again.sizes, again.redraws) == (capped.sizes, capped.redraws)
+    assert seq.forward_macs(2, 3, 5, 7) == 2 * 3 * 3 * 7 * (7 + 5)
+    with pytest.raises(ValueError, match="below the smallest size of the ranges"):
+        seq.draw_sizes(1, 0, {"T": (1000, 2000), "B": (1000, 4096)}, max_gmacs=1.0)
+    with pytest.raises(ValueError, match=r"T=5:2: expected 1 <= LO <= HI"):
+        seq.draw_sizes(1, 0, {"T": (5, 2)})
+
+
+def test_random_sweep_json_table_and_progress(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--random: the drawn sizes run, in the header, the JSON and a table of a row each."""
+    path = tmp_path / "random.json"
+    benchmark.main(
+        [
+            *("--sequence", "--sweep", "--random", "3", "--seed", "7", *TINY_RANGES),
+            *("--device", "cpu", "--runs", "1", "--warmup", "1", "--json", str(path)),
+        ]
+    )
+    out, err = capsys.readouterr()
+    report = json.loads(path.read_text())
+    config = report["config"]
+    sizes = [(3, 1, 19, 33), (4, 2, 16, 36), (2, 2, 16, 33)]
+    assert config["mode"] == "sweep"
+    assert config["sizes"] == [list(s) for s in sizes]
+    assert config["random"]["seed"] == 7
+    assert config["random"]["ranges"] == {"T": [2, 6], "B": [1, 5], "F": [16, 20], "S": [32, 40]}
+    # The CPU's default cap, said so.
+    assert config["random"]["max_gmacs"] == seq.CPU_MAX_GMACS
+    assert config["random"]["max_gmacs_note"] == "the CPU's default"
+    assert "steps" not in config
+    assert config["inference"] is False
+    rows = report["results"]
+    assert [(r["steps"], r["batch"], r["features"], r["state"], r["variant"]) for r in rows] == [
+        (*s, v) for s in sizes for v in ("layer", "nn.LSTM")
+    ]
+    assert all(r["off_grid"] and r["median_ms"] > 0 for r in rows)
+    assert report["summary"]["precisions"]["float32"]["points"] == 3
+    # Progress per size, and the sizes before the first.
+    assert "random sizes: 3 drawn with seed 7" in err
+    assert err.index("T,B,F,S drawn: 3,1,19,33 4,2,16,36 2,2,16,33") < err.index("[1/3]")
+    assert "[3/3] float32 T=2 B=2 F=16 S=33: layer " in err
+    # The header: the draw and the cap; then one row per size, not a grid per (F, S).
+    assert "redrawn (the CPU's default; --max-gmacs sets it): 0 redrawn" in out
+    assert "T,B,F,S drawn: 3,1,19,33 4,2,16,36 2,2,16,33" in out
+    assert "| T,B,F,S | precision | GMAC | LLTMLayer ms | nn.LSTM ms | speedup | path |" in out
+    assert "| float32, F=19, S=33 |" not in out
+    for r in rows:
+        if r["variant"] == "layer":
+            size = f"{r['steps']},{r['batch']},{r['features']},{r['state']}"
+            line = next(x for x in out.splitlines() if x.startswith(f"| {size} |"))
+            assert line.endswith(f"| {r['path']} |")
+            assert f"{r['vs_lstm']:.2f}" in line
+    # bench_tables.py lists them the same way.
+    tables = importlib.import_module("bench_tables")
+    tables.main([str(path)])
+    assert "| 4,2,16,36 | float32 | <0.001 |" in capsys.readouterr().out
+
+
+def test_random_sizes_at_parse_time() -> None:
+    """The same seed, the same sizes; the cap by device; the grid options keep their defaults."""
+
+    def drawn(*argv: str) -> seq.RandomSizes:
+        args = benchmark.parse_args(["--sequence", "--sweep", "--random", "4", *argv])
+        assert (args.steps, args.batches, args.fs) == (None, None, None)
+        return args.random_sizes
+
+    cpu = drawn("--seed", "11", "--device", "cpu")
+    assert cpu.sizes == drawn("--seed", "11", "--device", "cpu").sizes
+    assert cpu.sizes != drawn("--seed", "12", "--device", "cpu").sizes
+    assert cpu.sizes == seq.draw_sizes(4, 11, max_gmacs=seq.CPU_MAX_GMACS).sizes
+    assert drawn("--device", "cpu").seed == 0
+    # CUDA: no cap by default (parsing needs no GPU); inf lifts the CPU's.
+    assert drawn("--device", "cuda").max_gmacs is None
+    assert drawn("--device", "cpu", "--max-gmacs", "inf").max_gmacs is None
+    given = drawn("--device", "cpu", "--max-gmacs", "0.5", "--random-range", "s=64:1024")
+    assert (given.max_gmacs, given.cap_note) == (0.5, "")
+    assert given.ranges["S"] == (64, 1024)
+    assert all(seq.forward_macs(*s) <= 0.5e9 and 64 <= s[3] <= 1024 for s in given.sizes)
+    assert benchmark.parse_args(["--sequence", "8"]).random_sizes is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--random-range", "T=9:3"], r"argument --random-range: 'T=9:3': LO must be at most HI"),
+        (["--random-range", "X=1:3"], r"argument --random-range: expected KEY=LO:HI"),
+        (["--random-range", "T=1-3"], r"argument --random-range: expected KEY=LO:HI"),
+        (["--random-range", "B=0:3"], r"argument --random-range: sizes must be at least 1"),
+        (["--random-range", "T=1:3,T=2:4"], r"argument --random-range: T given twice"),
+        (["--max-gmacs", "0"], r"argument --max-gmacs: must be above 0"),
+        (["--max-gmacs", "1e-9"], r"--max-gmacs 1e-09: the cap of 1e-09 GMAC is below"),
+        (["--steps", "4"], r"--steps and --random: the sizes are drawn"),
+        (["--plot", "x.png"], r"--plot with --random: the heat map needs the grid"),
+    ],
+)
+def test_random_flags_that_cannot_apply_are_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit, match="2"):
+        benchmark.parse_args(["--sequence", "--sweep", "--random", "3", "--device", "cpu", *argv])
+    assert re.search(message, capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--sequence", "--sweep", "--seed", "3"], r"--seed: only with --random"),
+        (["--sequence", "8", "--random-range", "T=1:3"], r"--random-range: only with --random"),
+        (["--sequence", "8", "--max-gmacs", "3"], r"--max-gmacs: only with --random"),
+        (["--sequence", "8", "--random", "3"], r"--random: only with --sweep"),
+        (["--random", "3"], r"--random: only with --sequence"),
+        (["--inference"], r"--inference: only with --sequence"),
+    ],
+)
+def test_random_and_inference_need_their_modes(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit, match="2"):
+        benchmark.parse_args(argv)
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_inference_times_the_forward_alone() -> None:
+    """The timed call of an inference variant: the forward under inference_mode, no grads."""
+    cpu = torch.device("cpu")
+    cases, _ = seq._variants(["layer", "nn.LSTM"], 4, 2, 3, 5, torch.float32, cpu)
+    seen = []
+    for case in cases.values():
+        forward = case.forward
+
+        def spy(forward: seq.Step = forward) -> torch.Tensor:
+            seen.append(torch.is_inference_mode_enabled())
+            return forward()
+
+        case.forward = spy
+        case.inference = True
+        case.clear_grads()  # the input is every variant's leaf
+        case.call()
+        assert all(leaf.grad is None for leaf in case.leaves)
+        case.inference = False
+        case.call()
+        assert all(leaf.grad is not None for leaf in case.leaves)
+    assert seen == [True, False, True, False]
+
+
+def test_inference_sequence_json_and_table(capsys: pytest.CaptureFixture[str]) -> None:
+    benchmark.main(
+        [
+            *("--sequence", "3", "-b", "2", "-f", "3", "-s", "4", "--inference"),
+            *("--device", "cpu", "--runs", "2", "--warmup", "1", "--json", "-"),
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert report["config"]["inference"] is True
+    assert report["config"]["timed"] == "the forward alone under torch.inference_mode()"
+    rows = {r["variant"]: r for r in report["results"]}
+    assert set(rows) == {"loop-python", "loop-lltm", "layer", "nn.LSTM"}
+    assert all(r["inference"] and r["median_ms"] > 0 for r in rows.values())
+    assert rows["nn.LSTM"]["vs_lstm"] == 1.0
+    # No backward ran: the forward's blocks alone, one name in the table.
+    paths = rows["layer"]["paths"]
+    assert paths["backward"] == []
+    assert paths["forward"]
+    assert set(paths["forward"]) <= KNOWN_PATHS
+    assert "/" not in rows["layer"]["path"]
+    assert "float32, inference" in report["summary"]["cpu"]["precisions"]
+    # The table and its header say which mode ran.
+    benchmark.main(
+        [
+            *("--sequence", "3", "-b", "2", "-f", "3", "-s", "4", "--inference"),
+            *("--variants", "layer,nn.LSTM", "--device", "cpu", "--runs", "1", "--warmup", "1"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "the forward alone under torch.inference_mode() (no backward)" in out
+    layer_row = next(line for line in out.splitlines() if line.startswith("3,2,3,4"))
+    assert "float32, inference" in layer_row
+
+
+def test_inference_random_sweep_with_the_options(capsys: pytest.CaptureFixture[str]) -> None:
+    benchmark.main(
+        [
+            *("--sequence", "--sweep", "--random", "2", "--seed", "1", *TINY_RANGES),
+            *("--inference", "--bidirectional", "--packed", "--device", "cpu"),
+            *("--runs", "1", "--warmup", "1", "--json", "-"),
+        ]
+    )
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert report["config"]["inference"] is True
+    setting = "float32, bidirectional, packed, inference"
+    assert list(report["summary"]["precisions"]) == [setting]
+    assert report["packed_summary"]["precisions"][setting]["points"] == 2
+    assert f"[2/2] {setting} T=" in err
+    for r in report["results"]:
+        assert (r["inference"], r["bidirectional"], r["packed"]) == (True, True, True)
+        if r["variant"] in ("layer", "layer-padded"):
+            # Both directions' blocks (and the packed batch's segments), forward only.
+            assert len(r["paths"]["forward"]) >= 2
+            assert r["paths"]["backward"] == []
+            assert set(r["paths"]["forward"]) <= KNOWN_PATHS
+        else:
+            assert "paths" not in r
+
+
+def test_the_path_that_the_layer_ran(capsys: pytest.CaptureFixture[str]) -> None:
+    """Training: forward and backward blocks in the JSON, a path column in the table."""
+    benchmark.main(
+        [
+            *("--sequence", "--sizes", "3x2x3x4", "--bidirectional", "--device", "cpu"),
+            *("--runs", "1", "--warmup", "1", "--json", "-"),
+        ]
+    )
+    rows = {r["variant"]: r for r in json.loads(capsys.readouterr().out)["results"]}
+    paths = rows["layer"]["paths"]
+    # One block per direction, both ways.
+    assert len(paths["forward"]) == len(paths["backward"]) == 2
+    assert set(paths["forward"]) | set(paths["backward"]) <= KNOWN_PATHS
+    assert rows["layer"]["path"] == seq.path_label(paths)
+    assert "paths" not in rows["nn.LSTM"]
+    benchmark.main(
+        [
+            *("--sequence", "--sizes", "3x2x3x4", "--variants", "layer,nn.LSTM,loop-lltm"),
+            *("--device", "cpu", "--runs", "1", "--warmup", "1"),
+        ]
+    )
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("T,B,F,S"))
+    assert header.split()[:5] == ["T,B,F,S", "precision", "variant", "path", "wall"]
+    cells = {
+        line.split()[2]: line.split()[3] for line in out.splitlines() if line.startswith("3,2,3,4")
+    }
+    assert cells["nn.LSTM"] == cells["loop-lltm"] == "-"
+    assert set(re.split(r"[/+]", cells["layer"])) <= KNOWN_PATHS
+
+
+def test_path_label() -> None:
+    def label(forward: list[str], backward: list[str]) -> str | None:
+        return seq.path_label({"forward": forward, "backward": backward})
+
+    assert label(["fused", "fused"], ["onednn", "onednn"]) == "fused/onednn"
+    assert label(["steps"], ["steps"]) == "steps"
+    assert label(["fused", "fused"], []) == "fused"  # inference: no backward
+    assert label(["fused", "steps"], ["steps", "steps"]) == "fused+steps"
+    assert label(["persistent"], ["cluster", "steps"]) == "persistent+cluster+steps"
+    assert label([], []) == "-"
+    assert seq.path_label(None) is None
+
+
+def test_sweep_tables_of_paths_off_grid_rows_and_inference() -> None:
+    """From known rows: the grid's path tables, the off-grid list, titles and goals by mode."""
+    rows = []
+    for t, b, path in ((2, 1, "steps"), (2, 8, "fused/onednn"), (4, 1, "onednn")):
+        rows += [
+            sequence_row("layer", t, b, 1.0, 0.5) | {"path": path},
+            sequence_row("nn.LSTM", t, b, 2.0, 1.0),
+        ]
+    text = seq.format_sweep_tables(rows)
+    assert (
+        "| float32, F=3, S=4, path | B=1 | B=8 |\n|---|---:|---:|\n"
+        "| T=2 | steps | fused/onednn |\n| T=4 | onednn |  |" in text
+    )
+    assert "forward + backward (the input and every parameter need grad)" in text
+    # Off grid, in inference: a row per point with the figures as columns; no goal.
+    drawn = [
+        r | {"off_grid": True, "inference": True, "features": 16, "state": 32} for r in rows[:2]
+    ]
+    text = seq.format_sweep_tables(drawn)
+    assert "the forward alone, under torch.inference_mode()" in text
+    assert (
+        "| T,B,F,S | precision | GMAC | LLTMLayer ms | cuDNN nn.LSTM ms | speedup | "
+        "µs/step LLTMLayer / cuDNN nn.LSTM | host ratio LLTMLayer / cuDNN nn.LSTM | path |"
+    ) in text
+    # 2 x 1 x 96 x 48 multiply-adds: under a millionth of a GMAC.
+    assert (
+        "| 2,1,16,32 | float32, inference | <0.001 | 1.000 | 2.000 | 2.00 | 250 / 500 | "
+        "2.00 / 2.00 | steps |" in text
+    )
+    assert "| float32, inference, F=16, S=32 |" not in text
+    assert "The goal" not in text
+    assert "| float32, inference | 1 | 2.00x at T=2, B=1, F=16, S=32" in text

@@ -28,6 +28,17 @@ packed / padded time ratio beside the speedup over ``nn.LSTM``, with their
 worst and median over the sizes; ``--sweep --packed`` defaults to the packed
 goal's eight sizes. The goals' commands are in ``--help``.
 
+``--sequence --sweep --random N --seed S`` runs N sizes drawn instead of the
+grid, each of T, B, F and S log-uniform over its range (``--random-range
+T=1:1000,B=1:2048``; by default T 1..2000, B 1..4096, F 16..1024, S
+32..2048) and rounded, so that odd sizes occur; the same seed draws the same
+sizes on every machine. ``--max-gmacs X`` draws again a size whose forward
+does more than X billion multiply-adds (on the CPU 2 by default, so that a
+run ends). ``--inference`` times the forward alone under
+``torch.inference_mode()``, with or without the sweep and the options. Every
+report names the sequence path that the layer ran at each size
+(:func:`lltm.paths_that_ran`).
+
 :mod:`lltm.benchmark.cli` holds the one command line of both.
 """
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -107,6 +108,45 @@ def _fs_list(text: str) -> list[tuple[int, int]]:
     return pairs
 
 
+def _random_range(text: str) -> dict[str, tuple[int, int]]:
+    """KEY=LO:HI[,...], keys T, B, F, S: the ranges that ``--random`` draws from (inclusive)."""
+    ranges: dict[str, tuple[int, int]] = {}
+    for item in text.split(","):
+        key, _, bounds = item.partition("=")
+        key = key.strip().upper()
+        low, colon, high = bounds.partition(":")
+        try:
+            lo, hi = int(low), int(high)
+        except ValueError:
+            colon = ""
+        if key not in seq.RANDOM_RANGES or not colon:
+            msg = (
+                "expected KEY=LO:HI[,...] with keys T, B, F, S, e.g. T=1:1000,B=1:2048,S=64:1024; "
+                f"got {item!r}"
+            )
+            raise argparse.ArgumentTypeError(msg)
+        if key in ranges:
+            msg = f"{key} given twice in {text!r}"
+            raise argparse.ArgumentTypeError(msg)
+        if lo < 1:
+            msg = f"sizes must be at least 1, got {item!r}"
+            raise argparse.ArgumentTypeError(msg)
+        if lo > hi:
+            msg = f"{item!r}: LO must be at most HI"
+            raise argparse.ArgumentTypeError(msg)
+        ranges[key] = (lo, hi)
+    return ranges
+
+
+def _gmacs(text: str) -> float:
+    """A cap in GMAC: a number above 0 (``inf``: none)."""
+    value = float(text)
+    if not value > 0:  # NaN too
+        msg = f"must be above 0 (inf: no cap), got {text}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
 def _precision_list(text: str) -> list[str]:
     names = text.split(",")
     unknown = [n for n in names if n not in seq.PRECISIONS]
@@ -134,6 +174,11 @@ _SWEEP_DEFAULTS = {k: seq.SWEEP_OPTIONS[k] for k in ("seconds", "warmup", "round
 
 
 _EPILOG = """\
+random off-grid sizes, and inference (the forward alone):
+  python -m lltm.benchmark --sequence --sweep --random 50 --seed 1
+  python -m lltm.benchmark --sequence --sweep --random 20 --seed 2 \\
+      --random-range T=1:1000,B=1:2048,S=64:1024 --max-gmacs 20 --inference
+  python -m lltm.benchmark --sequence --sizes 64x16x32x128 --inference --device cpu
 the goals of nn.LSTM's options, the layer against nn.LSTM with the same options:
   bidirectional, over the sweep, one process per precision:
     python -m lltm.benchmark --sequence --sweep --bidirectional --precision float32
@@ -155,7 +200,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         # lines, keeps these too (the options' help is still wrapped).
         description="Time the LLTM training step: lltm against eager PyTorch, torch.compile,\n"
         "nn.LSTMCell and the GEMM floor. With --sequence, the LLTMLayer over whole\n"
-        "sequences against nn.LSTM.",
+        "sequences against nn.LSTM (--inference: the forward alone), with the path\n"
+        "that the layer ran.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -229,7 +275,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     sequence.add_argument(
         "--sweep",
         action="store_true",
-        help="with --sequence: every T x B x (F, S) of --steps, --batches and --fs",
+        help="with --sequence: every T x B x (F, S) of --steps, --batches and --fs (or the "
+        "sizes that --random draws)",
     )
     sequence.add_argument(
         "--steps",
@@ -252,6 +299,47 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="the sweep's FEATURESxSTATE pairs (default "
         f"{','.join(f'{f}x{s}' for f, s in seq.SWEEP_FS)}; with --packed "
         f"{','.join(f'{f}x{s}' for f, s in seq.PACKED_FS)})",
+    )
+    sequence.add_argument(
+        "--random",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="with --sweep: N sizes drawn instead of the grid, each of T, B, F and S "
+        "log-uniform over its range (--random-range) and rounded, so that odd sizes occur; "
+        "the same --seed gives the same sizes on every machine",
+    )
+    sequence.add_argument(
+        "--seed",
+        type=_non_negative,
+        default=None,
+        metavar="S",
+        help="with --random: the seed of the sizes (default 0)",
+    )
+    sequence.add_argument(
+        "--random-range",
+        type=_random_range,
+        default=None,
+        metavar="K=LO:HI,...",
+        help="with --random: the ranges to draw from, keys T, B, F, S, e.g. "
+        "T=1:1000,B=1:2048,S=64:1024 (inclusive; a key left out keeps its default: "
+        + ", ".join(f"{k}={lo}:{hi}" for k, (lo, hi) in seq.RANDOM_RANGES.items())
+        + ")",
+    )
+    sequence.add_argument(
+        "--max-gmacs",
+        type=_gmacs,
+        default=None,
+        metavar="X",
+        help="with --random: draw again any size whose forward work, T*B*3*S*(S+F) "
+        "multiply-adds (one direction), exceeds X * 1e9 (default: none on CUDA, "
+        f"{seq.CPU_MAX_GMACS:g} on the CPU, so that a CPU run ends; inf: none)",
+    )
+    sequence.add_argument(
+        "--inference",
+        action="store_true",
+        help="time each variant's forward alone under torch.inference_mode() instead of "
+        "forward + backward (with or without --sweep, --random, --bidirectional, --packed)",
     )
     sequence.add_argument(
         "--precision",
@@ -351,8 +439,9 @@ def _shape_or_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 def _check_cell_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse the sequence-only options, then fill in the cell benchmark's defaults."""
-    sequence_only = ("sweep", "steps", "batches", "fs", "precision", "no_gpu_time")
-    if wrong := _given(args, *sequence_only, "bidirectional", "packed", "lengths_seed"):
+    sequence_only = ("sweep", "steps", "batches", "fs", "precision", "no_gpu_time", "inference")
+    random = ("random", "seed", "random_range", "max_gmacs")
+    if wrong := _given(args, *sequence_only, *random, "bidirectional", "packed", "lengths_seed"):
         parser.error(f"{', '.join(wrong)}: only with --sequence")
     _fill(args, _CELL_DEFAULTS)
     args.sizes = _shape_or_sizes(parser, args)
@@ -378,6 +467,7 @@ def _check_sequence_args(parser: argparse.ArgumentParser, args: argparse.Namespa
     args.precision = args.precision or [args.dtype or "float32"]
     _check_variants(parser, args, seq.VARIANTS, "with --sequence ")
     _check_options(parser, args)
+    _check_random_args(parser, args)
     check = _check_sweep_args if args.sweep else _check_sizes_args
     _fill(args, check(parser, args))
 
@@ -404,8 +494,48 @@ def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
             )
 
 
+def _check_random_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse ``--random``'s options without it; ``--random`` without ``--sweep``, or with a grid.
+
+    Sets ``args.random_sizes`` to None; :func:`_check_sweep_args` draws them.
+    """
+    args.random_sizes = None
+    if args.random is None:
+        if wrong := _given(args, "seed", "random_range", "max_gmacs"):
+            parser.error(f"{', '.join(wrong)}: only with --random (the sizes drawn)")
+        return
+    if not args.sweep:
+        parser.error("--random: only with --sweep (it draws the sweep's sizes)")
+    if wrong := _given(args, "steps", "batches", "fs"):
+        parser.error(
+            f"{', '.join(wrong)} and --random: the sizes are drawn (--random-range sets the ranges)"
+        )
+    if args.plot:
+        parser.error("--plot with --random: the heat map needs the grid of T x B")
+
+
+def _draw_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Draw ``--random``'s sizes into ``args.random_sizes``, capped as ``args.device`` wants."""
+    cap, note = args.max_gmacs, ""
+    if cap is None and args.device.split(":")[0] == "cpu":
+        # Sizes of up to 2000 x 4096 x 2048 would take hours on a CPU.
+        cap, note = seq.CPU_MAX_GMACS, "the CPU's default"
+    if cap == math.inf:
+        cap = None
+    try:
+        args.random_sizes = seq.draw_sizes(
+            args.random, args.seed or 0, args.random_range, cap, cap_note=note
+        )
+    except ValueError as e:
+        given = "" if args.max_gmacs is None else f" {args.max_gmacs:g}"
+        parser.error(f"--max-gmacs{given}: {e}")
+
+
 def _check_sweep_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
-    """``--sequence --sweep``: one device, the grid from --steps/--batches/--fs; its defaults."""
+    """``--sequence --sweep``: one device, the grid from --steps/--batches/--fs; its defaults.
+
+    With ``--random``, the sizes drawn instead of the grid (``args.random_sizes``).
+    """
     if args.sequence:
         parser.error("--sequence T and --sweep: the sweep takes its T from --steps")
     if wrong := _given(args, "batch_size", "features", "state_size", "sizes"):
@@ -414,6 +544,13 @@ def _check_sweep_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
         args.device = "cuda" if "cuda" in lltm.available_backends() else "cpu"
     if "," in args.device:
         parser.error(f"--device {args.device}: --sweep runs on one device")
+    if args.random is not None:
+        args.seed = args.seed or 0
+        _draw_sizes(parser, args)
+        args.variants = args.variants or list(
+            seq.PACKED_VARIANTS if args.packed else seq.SWEEP_VARIANTS
+        )
+        return _SWEEP_DEFAULTS
     # The packed goal has a grid of its own: its default.
     packed = args.packed
     args.steps = args.steps or list(seq.PACKED_STEPS if packed else seq.SWEEP_STEPS)
@@ -460,9 +597,13 @@ def main_sequence(args: argparse.Namespace) -> None:
         "bidirectional": layer_options.bidirectional,
         "packed": layer_options.packed,
         "lengths_seed": layer_options.lengths_seed,
+        "inference": args.inference,
     }
     config = {
         "mode": "sweep" if args.sweep else "sequence",
+        "timed": "the forward alone under torch.inference_mode()"
+        if args.inference
+        else "forward + backward of output.sum()",
         "precisions": args.precision,
         **{k: v for k, v in options.items() if k != "variants"},
         # The seed only where lengths were drawn; how they were drawn, packed.
@@ -474,22 +615,31 @@ def main_sequence(args: argparse.Namespace) -> None:
         "lltm": lltm.build_info(),
     }
     chosen = _devices(args)  # the sweep's is one, checked by parse_args
+    drawn: seq.RandomSizes | None = args.random_sizes
     if args.sweep:
-        config.update(
-            steps=args.steps,
-            batches=args.batches,
-            fs=[list(p) for p in args.fs],
-            variants=args.variants,
-            device=args.device,
-        )
+        if drawn is not None:
+            config.update(sizes=[list(s) for s in drawn.sizes], random=drawn.fields())
+            # Up front: a long run says what it will measure before it starts.
+            progress("\n".join(drawn.describe()))
+        else:
+            config.update(steps=args.steps, batches=args.batches, fs=[list(p) for p in args.fs])
+        config.update(variants=args.variants, device=args.device)
 
         def save(rows: list[dict[str, Any]]) -> None:
             # After every point: a sweep cut short keeps what it measured.
             if args.json and args.json != "-":
                 Path(args.json).write_text(json.dumps({"config": config, "results": rows}))
 
+        # Drawn sizes: no grid (the steps, batches and fs are None).
         results = seq.run_sweep(
-            args.steps, args.batches, args.fs, args.precision, chosen[0], on_point=save, **options
+            args.steps or (),
+            args.batches or (),
+            args.fs or (),
+            args.precision,
+            chosen[0],
+            on_point=save,
+            sizes=drawn.sizes if drawn is not None else None,
+            **options,
         )
         report = {"config": config, "results": results, "summary": seq.sweep_summary(results)}
         if args.packed:
@@ -524,7 +674,10 @@ def main_sequence(args: argparse.Namespace) -> None:
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=2))
         for device in chosen:
-            print(seq.describe(args.precision, device, layer_options))  # noqa: T201
+            header = seq.describe(
+                args.precision, device, layer_options, inference=args.inference, drawn=drawn
+            )
+            print(header)  # noqa: T201
         print(text, flush=True)  # noqa: T201
     # Last: without matplotlib this stops, and the tables are out already.
     if args.plot:

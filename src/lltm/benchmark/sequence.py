@@ -2,9 +2,12 @@
 
 ``python -m lltm.benchmark --sequence T`` runs it at one T, ``--sequence
 --sizes TxBxFxS,...`` at sizes of their own T, and ``--sequence --sweep`` over a
-grid of T x B x (F, S). Each timed iteration runs the forward over all T steps
-and the backward of ``output.sum()``; the input and every parameter need grad.
-On CUDA the device is synchronized before each clock read. Variants:
+grid of T x B x (F, S), or ``--sequence --sweep --random N`` over N sizes drawn
+log-uniform (:func:`draw_sizes`). Each timed iteration runs the forward over
+all T steps and the backward of ``output.sum()``; the input and every
+parameter need grad. With ``inference``, it runs the forward alone under
+``torch.inference_mode()`` instead. On CUDA the device is synchronized
+before each clock read. Variants:
 
 * ``loop-python``: :func:`lltm.reference.lltm_sequence_reference`, a Python
   loop of the eager cell, differentiated by autograd;
@@ -36,10 +39,14 @@ either:
   would give (about 0.63 for these lengths). The packed layer refuses
   CUDA-graph capture, so its GPU time is n/a.
 
+Each variant that runs the sequence op (``layer`` and its kin) also records
+the path that each block of steps ran (:func:`lltm.paths_that_ran`, one call
+outside the timed loop): ``paths`` in full, ``path`` compactly (:func:`path_label`).
+
 Two times per variant:
 
 * the **wall time**: the median of eager calls, host work included;
-* on CUDA, the **GPU time**: the same forward + backward captured once as a
+* on CUDA, the **GPU time**: the same call captured once as a
   CUDA graph and replayed, timed with CUDA events while the host is ahead of
   the GPU, so that no host cost is in it. ``host_ratio`` = wall / GPU time:
   1.0 means the host adds nothing.
@@ -62,11 +69,13 @@ import contextlib
 import gc
 import math
 import os
+import random
 import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Context, Decimal, localcontext
 from typing import Any
 
 import torch
@@ -88,6 +97,7 @@ __all__ = [
     "PACKED_STEPS",
     "PACKED_VARIANTS",
     "PRECISIONS",
+    "RANDOM_RANGES",
     "SPEEDUP_GOAL_MEDIAN",
     "SPEEDUP_GOAL_WORST",
     "SWEEP_BATCHES",
@@ -99,15 +109,19 @@ __all__ = [
     "GraphTime",
     "LayerOptions",
     "Precision",
+    "RandomSizes",
     "default_variants",
+    "draw_sizes",
     "format_sequence_markdown",
     "format_sequence_summary",
     "format_sequence_table",
     "format_sweep_tables",
+    "forward_macs",
     "graph_time",
     "not_applicable",
     "packed_lengths",
     "packed_summary",
+    "path_label",
     "plot_sweep",
     "run_sequence",
     "run_sweep",
@@ -157,6 +171,18 @@ PACKED_BATCHES = (16, 256)
 PACKED_FS = ((32, 128), (256, 512))
 PACKED_VARIANTS = ("layer", "layer-padded", "nn.LSTM")
 PACKED_GOAL = 0.75
+# --random's default ranges of T, B, F and S (each drawn log-uniform), and the
+# CPU's default cap on a drawn size's forward work, in GMAC, that keeps a CPU
+# run to minutes (CUDA has none).
+RANDOM_RANGES: dict[str, tuple[int, int]] = {
+    "T": (1, 2000),
+    "B": (1, 4096),
+    "F": (16, 1024),
+    "S": (32, 2048),
+}
+CPU_MAX_GMACS = 2.0
+# Draws of one size that may all exceed the cap before draw_sizes gives up.
+_MAX_DRAWS = 10_000
 
 Step = Callable[[], Tensor]
 
@@ -286,6 +312,130 @@ def _lengths_fields(steps: int, batch: int, options: LayerOptions) -> dict[str, 
     }
 
 
+def forward_macs(steps: int, batch: int, features: int, state: int) -> int:
+    """The multiply-adds of one direction's forward: T x B x 3S x (S + F), the gates' matmuls."""
+    return steps * batch * 3 * state * (state + features)
+
+
+def _log_uniform(rng: random.Random, low: int, high: int) -> int:
+    """An integer of ``[low, high]``: a log-uniform draw, rounded half to even.
+
+    In ``decimal``, whose ``ln`` and ``exp`` are correctly rounded: ``math``'s
+    come from the platform's libm, whose last bit may differ between
+    machines, and so may the integer a value near ``n + 0.5`` rounds to.
+    """
+    u = Decimal(rng.random())  # exact: the float's binary value
+    with localcontext(Context(prec=34)):
+        lo, hi = Decimal(low).ln(), Decimal(high).ln()
+        value = (lo + u * (hi - lo)).exp()
+        n = int(value.to_integral_value(rounding=ROUND_HALF_EVEN))
+    return min(high, max(low, n))
+
+
+@dataclass(frozen=True)
+class RandomSizes:
+    """The sizes (T, B, F, S) of a random sweep, and how they were drawn (:func:`draw_sizes`)."""
+
+    count: int
+    seed: int
+    ranges: dict[str, tuple[int, int]]
+    # The cap on a size's forward work (GMAC, one direction); None: no cap.
+    max_gmacs: float | None
+    sizes: list[tuple[int, int, int, int]]
+    # Draws over the cap, thrown away.
+    redraws: int = 0
+    # Why the cap is what it is, where it was not given ("the CPU's default").
+    cap_note: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        """What the JSON's config records of the draw."""
+        return {
+            "count": self.count,
+            "seed": self.seed,
+            "ranges": {k: list(v) for k, v in self.ranges.items()},
+            "distribution": "log-uniform, rounded to the nearest integer",
+            "max_gmacs": self.max_gmacs,
+            "max_gmacs_note": self.cap_note or None,
+            "redraws": self.redraws,
+        }
+
+    def describe(self) -> list[str]:
+        """The header's lines: the ranges, the cap, and every size drawn."""
+        ranges = ", ".join(f"{k} {lo}..{hi}" for k, (lo, hi) in self.ranges.items())
+        if self.max_gmacs is None:
+            cap = "no cap on the forward work"
+        else:
+            note = f" ({self.cap_note}; --max-gmacs sets it)" if self.cap_note else ""
+            cap = (
+                f"sizes whose forward work T*B*3*S*(S+F) exceeds {self.max_gmacs:g} GMAC "
+                f"redrawn{note}: {self.redraws} redrawn"
+            )
+        sizes = [",".join(map(str, size)) for size in self.sizes]
+        # Ten to a line: a long draw stays readable.
+        rows = [" ".join(sizes[i : i + 10]) for i in range(0, len(sizes), 10)]
+        return [
+            (
+                f"random sizes: {self.count} drawn with seed {self.seed}, each of T,B,F,S "
+                f"log-uniform over {ranges}, rounded; {cap}"
+            ),
+            *(f"T,B,F,S drawn: {row}" for row in rows),
+        ]
+
+
+def draw_sizes(
+    count: int,
+    seed: int = 0,
+    ranges: dict[str, tuple[int, int]] | None = None,
+    max_gmacs: float | None = None,
+    *,
+    cap_note: str = "",
+) -> RandomSizes:
+    """``count`` sizes (T, B, F, S), each log-uniform over its range and rounded.
+
+    ``ranges`` overrides :data:`RANDOM_RANGES` per key (``T``, ``B``, ``F``,
+    ``S``: inclusive ``(low, high)``). A size whose :func:`forward_macs`
+    exceeds ``max_gmacs`` x 1e9 is drawn again, all four at once, from the
+    same generator: ``random.Random(seed)``, whose ``random()`` gives the same
+    numbers on every machine and Python version, so the same seed gives the
+    same sizes everywhere. ValueError where a range is empty or the cap leaves
+    (next to) nothing to draw.
+    """
+    bounds = {**RANDOM_RANGES, **(ranges or {})}
+    if set(bounds) != set(RANDOM_RANGES):
+        msg = f"ranges: unknown keys {sorted(set(bounds) - set(RANDOM_RANGES))}; use T, B, F, S"
+        raise ValueError(msg)
+    bounds = {k: bounds[k] for k in RANDOM_RANGES}  # T, B, F, S, whatever the order given
+    for key, (lo, hi) in bounds.items():
+        if not 1 <= lo <= hi:
+            msg = f"{key}={lo}:{hi}: expected 1 <= LO <= HI"
+            raise ValueError(msg)
+    cap = None if max_gmacs is None else max_gmacs * 1e9
+    smallest = forward_macs(*(lo for lo, _ in bounds.values()))
+    if cap is not None and smallest > cap:
+        msg = (
+            f"the cap of {max_gmacs:g} GMAC is below the smallest size of the ranges "
+            f"({smallest / 1e9:.3g} GMAC)"
+        )
+        raise ValueError(msg)
+    rng = random.Random(seed)
+    sizes: list[tuple[int, int, int, int]] = []
+    redraws = 0
+    for _ in range(count):
+        for _ in range(_MAX_DRAWS):
+            t, b, f, s = (_log_uniform(rng, lo, hi) for lo, hi in bounds.values())
+            if cap is None or forward_macs(t, b, f, s) <= cap:
+                sizes.append((t, b, f, s))
+                break
+            redraws += 1
+        else:
+            msg = (
+                f"{_MAX_DRAWS} draws in a row over the cap of {max_gmacs:g} GMAC: raise it "
+                "or narrow the ranges"
+            )
+            raise ValueError(msg)
+    return RandomSizes(count, seed, bounds, max_gmacs, sizes, redraws, cap_note)
+
+
 def not_applicable(name: str, options: LayerOptions) -> str | None:
     """Why variant ``name`` cannot run with ``options`` (None: it can)."""
     if name.startswith("loop-") and (options.bidirectional or options.packed):
@@ -315,6 +465,10 @@ class _Variant:
     leaves: list[Tensor]
     # Facts for the variant's row (nn.LSTM: whether its weights are flat).
     info: dict[str, Any] = field(default_factory=dict)
+    # Whether it calls the sequence op, whose paths its row then names.
+    sequence_op: bool = False
+    # Time the forward alone, under torch.inference_mode(), instead of step().
+    inference: bool = False
 
     def clear_grads(self) -> None:
         for t in self.leaves:
@@ -323,6 +477,14 @@ class _Variant:
     def step(self) -> None:
         """One forward + backward; the grads land in the leaves' ``.grad``."""
         self.forward().sum().backward()
+
+    def call(self) -> None:
+        """What is timed: :meth:`step`, or with ``inference`` the forward alone, no graph."""
+        if self.inference:
+            with torch.inference_mode():
+                self.forward()
+        else:
+            self.step()
 
 
 def _inputs(
@@ -411,10 +573,12 @@ def _variants(
             if name in _FORCED_PATHS and device.type != "cuda":
                 errors[name] = "CUDA only"
                 continue
-            cases[name] = _Variant(output_of(layer), _FORCED_PATHS.get(name), leaves)
+            cases[name] = _Variant(
+                output_of(layer), _FORCED_PATHS.get(name), leaves, sequence_op=True
+            )
         if "layer-padded" in names and padded is not None:
             cases["layer-padded"] = _Variant(
-                lambda: layer(padded)[0], None, [*layer.parameters(), padded]
+                lambda: layer(padded)[0], None, [*layer.parameters(), padded], sequence_op=True
             )
     if "nn.LSTM" in names:
         lstm = nn.LSTM(features, state, bidirectional=options.bidirectional)
@@ -473,7 +637,7 @@ _SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
 
 
 def _capture(v: _Variant, device: torch.device, warmup: int) -> torch.cuda.CUDAGraph:
-    """Capture one forward + backward of ``v`` as a CUDA graph, as PyTorch's docs say.
+    """Capture one timed call of ``v`` as a CUDA graph, as PyTorch's docs say.
 
     The warm-up runs on a side stream, and the capture on the same one (lazy
     per-stream state such as cuBLAS workspaces must exist before capture,
@@ -491,7 +655,7 @@ def _capture(v: _Variant, device: torch.device, warmup: int) -> torch.cuda.CUDAG
     with torch.cuda.stream(side), _sequence_path(v.path):
         for _ in range(warmup):
             v.clear_grads()
-            v.step()
+            v.call()
     torch.cuda.current_stream(device).wait_stream(side)
     sync(device)
     v.clear_grads()
@@ -499,7 +663,7 @@ def _capture(v: _Variant, device: torch.device, warmup: int) -> torch.cuda.CUDAG
     # The capture runs on the warm-up's stream: per-stream state made lazily
     # (cuBLAS workspaces, hipBLASLt handles) then exists before the capture.
     with _sequence_path(v.path), torch.cuda.graph(graph, stream=side):
-        v.step()
+        v.call()
     return graph
 
 
@@ -593,7 +757,7 @@ def graph_time(
     warmup: int = 2,
     estimate_ms: float | None = None,
 ) -> GraphTime:
-    """The GPU time of one forward + backward of ``v``: its CUDA graph, replayed.
+    """The GPU time of one timed call of ``v`` (:meth:`_Variant.call`): its CUDA graph, replayed.
 
     ``warmup`` calls run on a side stream first; ``replays`` (default: as many
     as fit in ``seconds`` at ``estimate_ms`` each) are timed. On a device
@@ -631,16 +795,53 @@ def graph_time(
 
 
 def _launches(v: _Variant, device: torch.device) -> int | None:
-    """GPU operations (kernels, copies, memsets) of one eager forward + backward."""
+    """GPU operations (kernels, copies, memsets) of one eager timed call of ``v``."""
     if device.type != "cuda":
         return None
     try:
         v.clear_grads()
         with _sequence_path(v.path):
-            count, _ = gpu_operations(v.step, device)
+            count, _ = gpu_operations(v.call, device)
     except Exception:  # noqa: BLE001 - a count is optional: none rather than a crash
         return None
     return count
+
+
+def _paths(v: _Variant) -> lltm.PathsThatRan | None:
+    """The path of each block of steps in one timed call of ``v``.
+
+    Under ``torch.profiler``, so never inside the timed loop. None where ``v``
+    calls no sequence op, or the profiler failed.
+    """
+    if not v.sequence_op:
+        return None
+    try:
+        v.clear_grads()
+        with _sequence_path(v.path):
+            return lltm.paths_that_ran(v.call)
+    except Exception:  # noqa: BLE001 - the path is a note: none rather than a crash
+        return None
+    finally:
+        v.clear_grads()
+
+
+def path_label(paths: lltm.PathsThatRan | None) -> str | None:
+    """The paths of :func:`lltm.paths_that_ran`, compactly, as the tables show them.
+
+    ``fused/onednn``: every forward block ran ``fused``, every backward one
+    ``onednn``; ``fused``: both the same, or a forward alone (inference);
+    where blocks ran different paths, their distinct names joined by ``+``
+    (forward's first). None without paths; ``-`` where no block was marked.
+    """
+    if paths is None:
+        return None
+    forward = list(dict.fromkeys(paths["forward"]))
+    backward = list(dict.fromkeys(paths["backward"]))
+    if len(forward) > 1 or len(backward) > 1:
+        return "+".join(dict.fromkeys(forward + backward))
+    if forward and backward and forward != backward:
+        return f"{forward[0]}/{backward[0]}"
+    return (forward or backward or ["-"])[0]
 
 
 # --- the wall time: eager calls, interleaved ----------------------------------------
@@ -673,8 +874,9 @@ def run_sequence(
     bidirectional: bool = False,
     packed: bool = False,
     lengths_seed: int = 0,
+    inference: bool = False,
 ) -> list[dict[str, Any]]:
-    """Time forward + backward of every variant over ``steps`` steps.
+    """Time forward + backward (or with ``inference``, the forward) of every variant over T steps.
 
     Args:
         steps: T, the sequence length.
@@ -704,6 +906,8 @@ def run_sequence(
             uniform in ``[ceil(T/4), T]``; ``layer-padded`` the same batch
             padded (see the module's docstring).
         lengths_seed: the seed of the packed batch's lengths.
+        inference: time the forward alone under ``torch.inference_mode()``
+            (GPU time, kernels and paths too) instead of forward + backward.
 
     Returns:
         One dict per variant: ``variant``, ``device``, ``dtype``,
@@ -725,6 +929,10 @@ def run_sequence(
         1 the packing saves time). A variant that cannot run here (a path
         forced where it does not fit, or unknown to this build; CUDA-only;
         ruled out by the options; out of memory) has ``error`` instead of times.
+        Every row records ``inference``; a variant that calls the sequence op
+        (``layer``, ``layer-padded``, the forced paths) also ``paths``, the
+        path of each block of steps (:func:`lltm.paths_that_ran`), and
+        ``path``, the same compactly (:func:`path_label`).
     """
     name = precision or _DTYPE_PRECISION.get(dtype)
     if name not in PRECISIONS:
@@ -754,6 +962,7 @@ def run_sequence(
             launches=launches,
             progress=progress,
             options=options,
+            inference=inference,
         )
     if device.type == "cuda":
         # A sweep's sizes differ by 1000x: give the cached blocks back (the
@@ -771,11 +980,11 @@ _SLOW_WARMUP_S = 0.25
 
 
 def _timed(v: _Variant, device: torch.device) -> float:
-    """Seconds of one forward + backward of ``v``, from clean grads to finished work."""
+    """Seconds of one timed call of ``v``, from clean grads to finished work."""
     v.clear_grads()
     sync(device)
     t0 = time.perf_counter()
-    v.step()
+    v.call()
     sync(device)
     return time.perf_counter() - t0
 
@@ -836,11 +1045,15 @@ def _run_point(
     launches: bool,
     progress: bool,
     options: LayerOptions,
+    inference: bool = False,
 ) -> list[dict[str, Any]]:
     steps, batch, features, state = size
-    setting = ", ".join(filter(None, (precision.name, options.label)))
+    mode = "inference" if inference else ""
+    setting = ", ".join(filter(None, (precision.name, options.label, mode)))
     label = f"T={steps} B={batch} F={features} S={state} {setting} {device}"
     cases, errors = _variants(names, *size, precision.dtype, device, options)
+    for case in cases.values():
+        case.inference = inference
     probe: dict[str, float] = {}
     for name in names:
         if name in errors:
@@ -869,13 +1082,18 @@ def _run_point(
                 live.remove(name)
                 cases[name].clear_grads()
     medians = {n: statistics.median(samples[n]) for n in live}
+    # After the timed loop: the profiler's own cost stays out of the times.
+    paths = {n: ran for n in live if (ran := _paths(cases[n])) is not None}
     graphs, counts = _gpu_measures(
         cases, medians, device, seconds, gpu_time=gpu_time, launches=launches
     )
     rows = _rows(size, precision, device, names, errors, samples, runs, graphs, counts, options)
     for row in rows:
+        row["inference"] = inference
         if row["variant"] in cases:
             row.update(cases[row["variant"]].info)
+        if row["variant"] in paths:
+            row.update(paths=paths[row["variant"]], path=path_label(paths[row["variant"]]))
     return rows
 
 
@@ -957,24 +1175,34 @@ def run_sweep(
     variants: Sequence[str] | None = None,
     progress: bool = True,
     on_point: Callable[[list[dict[str, Any]]], None] | None = None,
+    sizes: Sequence[tuple[int, int, int, int]] | None = None,
     **options: Any,
 ) -> list[dict[str, Any]]:
     """Time the variants at every point of ``steps`` x ``batches`` x ``fs`` x ``precisions``.
 
+    With ``sizes`` (T, B, F, S; :func:`draw_sizes`'s), at those sizes x
+    ``precisions`` instead, in their order; their rows have ``off_grid``
+    set, so that the tables list them rather than lay them on a grid.
     Each point is :func:`run_sequence` with ``options`` (its ``runs``,
     ``seconds``, ``min_runs``, ``max_runs``, ``warmup``, ``rounds``,
-    ``gpu_time``, ``launches``, ``bidirectional``, ``packed`` and
-    ``lengths_seed``), by default those of :data:`SWEEP_OPTIONS`: a budget of
-    ``seconds`` for the timed runs of each point. ``variants`` defaults to
-    :data:`SWEEP_VARIANTS`, packed to :data:`PACKED_VARIANTS`. Progress goes to
-    stderr, one line per point, and ``on_point`` gets the rows so far after
-    each point (to save them: a sweep cut short by a timeout keeps what it
-    measured). Returns the rows of every point, as :func:`run_sequence` does.
+    ``gpu_time``, ``launches``, ``bidirectional``, ``packed``,
+    ``lengths_seed`` and ``inference``), by default those of
+    :data:`SWEEP_OPTIONS`: a budget of ``seconds`` for the timed runs of
+    each point. ``variants`` defaults to :data:`SWEEP_VARIANTS`, packed to
+    :data:`PACKED_VARIANTS`. Progress goes to stderr, one line per point, and
+    ``on_point`` gets the rows so far after each point (to save them: a sweep
+    cut short by a timeout keeps what it measured). Returns the rows of every
+    point, as :func:`run_sequence` does.
     """
     options = {**SWEEP_OPTIONS, **options}
     if variants is None:
         variants = PACKED_VARIANTS if options.get("packed") else SWEEP_VARIANTS
-    points = [(p, f, s, t, b) for p in precisions for f, s in fs for t in steps for b in batches]
+    if sizes is None:
+        points = [
+            (p, f, s, t, b) for p in precisions for f, s in fs for t in steps for b in batches
+        ]
+    else:
+        points = [(p, f, s, t, b) for p in precisions for t, b, f, s in sizes]
     results: list[dict[str, Any]] = []
     start = time.perf_counter()
     for i, (p, f, s, t, b) in enumerate(points):
@@ -989,6 +1217,9 @@ def run_sweep(
             progress=False,
             **options,
         )
+        if sizes is not None:
+            for row in rows:
+                row["off_grid"] = True
         results += rows
         if on_point is not None:
             on_point(results)
@@ -1002,7 +1233,8 @@ def run_sweep(
                     parts.append(f"{name} n/a")
                     continue
                 gpu = f", gpu {r['gpu_ms']:.3g}" if r.get("gpu_ms") is not None else ""
-                parts.append(f"{name} {r['median_ms']:.3g} ms{gpu}")
+                path = f" [{r['path']}]" if r.get("path") else ""
+                parts.append(f"{name} {r['median_ms']:.3g} ms{gpu}{path}")
             speedup = by.get("layer", {}).get("vs_lstm")
             padded = by.get("layer", {}).get("packed_vs_padded")
             setting = _setting(rows[0]) if rows else p
@@ -1027,12 +1259,12 @@ def _num(value: float | None, spec: str = ".3f") -> str:
 
 
 def _setting(r: dict[str, Any]) -> str:
-    """A row's precision and options: ``float32``, ``float16, bidirectional, packed``.
+    """A row's precision, options and mode: ``float32``, ``float16, packed, inference``.
 
-    The tables and summaries group by it, so that runs with other options
-    never share a cell.
+    The tables and summaries group by it, so that runs with other options,
+    or of the forward alone, never share a cell.
     """
-    options = [n for n in ("bidirectional", "packed") if r.get(n)]
+    options = [n for n in ("bidirectional", "packed", "inference") if r.get(n)]
     return ", ".join([r.get("precision", r["dtype"]), *options])
 
 
@@ -1062,13 +1294,19 @@ def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
     """Render :func:`run_sequence`'s results as a fixed-width table.
 
     Packed, the ``layer`` row's ``/padded`` column is its wall time / the
-    padded layer's, and a line per point gives the lengths.
+    padded layer's, and a line per point gives the lengths. ``path``, beside
+    the variant, is the sequence path of those that call the op
+    (:func:`path_label`).
     """
     with_launches = any(r.get("launches") is not None for r in results)
     with_padded = any(r.get("packed") for r in results)
+    with_paths = any(r.get("path") for r in results)
     width = max([18, *(len(_setting(r)) + 2 for r in results)])
+    # Left out where no row names a path (a run of the loops and nn.LSTM alone).
+    paths = max([6, *(len(r.get("path") or "") + 2 for r in results)]) if with_paths else 0
     header = (
-        f"{'T,B,F,S':<18}{'precision':<{width}}{'variant':<18}{'wall ms':>10}{'min ms':>10}"
+        f"{'T,B,F,S':<18}{'precision':<{width}}{'variant':<18}{'path' if paths else '':<{paths}}"
+        f"{'wall ms':>10}{'min ms':>10}"
         f"{'gpu ms':>10}{'host x':>8}{'vs LSTM':>9}{'gpu vs':>8}{'vs loop':>9}{'runs':>6}"
     )
     if with_padded:
@@ -1082,8 +1320,10 @@ def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
         if "error" in r:
             lines.append(f"{prefix}  n/a: {r['error']}")
             continue
+        path = (r.get("path") or "-") if paths else ""
         line = (
-            f"{prefix}{r['median_ms']:>10.3f}{r['min_ms']:>10.3f}{_num(r.get('gpu_ms')):>10}"
+            f"{prefix}{path:<{paths}}"
+            f"{r['median_ms']:>10.3f}{r['min_ms']:>10.3f}{_num(r.get('gpu_ms')):>10}"
             f"{host:>8}{_ratio(r.get('vs_lstm')):>9}{_ratio(r.get('gpu_vs_lstm')):>8}"
             f"{_ratio(r.get('vs_loop_lltm')):>9}{r.get('runs', '-'):>6}"
         )
@@ -1120,18 +1360,21 @@ def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
 def format_sequence_markdown(results: Sequence[dict[str, Any]]) -> str:
     """:func:`run_sequence`'s results as one Markdown table (times in ms)."""
     with_padded = any(r.get("packed") for r in results)
-    extra = " packed / padded |" if with_padded else ""
+    with_paths = any(r.get("path") for r in results)
+    extra = (" packed / padded |" if with_padded else "") + (" path |" if with_paths else "")
     lines = [
         "| T,B,F,S | precision | variant | wall ms | GPU ms | host ratio | vs nn.LSTM | "
         + "GPU vs nn.LSTM | kernels |"
         + extra,
-        "|---|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if with_padded else ""),
+        "|---|---|---|---:|---:|---:|---:|---:|---:|"
+        + ("---:|" if with_padded else "")
+        + ("---|" if with_paths else ""),
     ]
     for r in results:
         size, setting, host, kernels = _cells(r)
         head = f"| {size} | {setting} | {r['variant']} |"
         if "error" in r:
-            lines.append(f"{head} n/a | | | | | |" + (" |" if with_padded else ""))
+            lines.append(f"{head} n/a | | | | | |" + " |" * (with_padded + with_paths))
             continue
         line = (
             f"{head} {r['median_ms']:.3f} | {_num(r.get('gpu_ms'))} | {host} | "
@@ -1139,6 +1382,8 @@ def format_sequence_markdown(results: Sequence[dict[str, Any]]) -> str:
         )
         if with_padded:
             line += f" {_num(r.get('packed_vs_padded'), '.2f')} |"
+        if with_paths:
+            line += f" {r.get('path') or '-'} |"
         lines.append(line)
     notes = [f"- {n}" for n in _lengths_notes(results)]
     return "\n".join(lines + (["", *notes] if notes else []))
@@ -1310,6 +1555,14 @@ def _us(value: float | None) -> str:
     return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
 
 
+def _gmac(macs: int) -> str:
+    """Multiply-adds in billions, three significant digits, never in exponent notation."""
+    value = macs / 1e9
+    if value < 0.001:
+        return "<0.001"
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def _label(variant: str, results: Sequence[dict[str, Any]]) -> str:
     """A variant's name in a title: cuDNN's nn.LSTM when every row is on CUDA."""
     if variant == "layer":
@@ -1351,7 +1604,11 @@ def _grid_table(
 
 
 def _speedup_goals(results: Sequence[dict[str, Any]], base: str) -> str:
-    """The speedup goals that apply to ``results``: issue 12's, and that of nn.LSTM's options."""
+    """The speedup goals that apply to ``results``: issue 12's, and that of nn.LSTM's options.
+
+    Both are of forward + backward: inference rows have none.
+    """
+    results = [r for r in results if not r.get("inference")]
     goals = []
     options = sorted({o for r in results for o in ("bidirectional", "packed") if r.get(o)})
     if any(not (r.get("bidirectional") or r.get("packed")) for r in results):
@@ -1411,18 +1668,87 @@ def _packed_tables(results: Sequence[dict[str, Any]], grid: Grid, variant: str) 
     return out
 
 
+def _timed_call(results: Sequence[dict[str, Any]], *, short: bool = False) -> str:
+    """What the rows timed, for a title: forward + backward, the forward alone, or both."""
+    modes = {bool(r.get("inference")) for r in results}
+    training = "forward + backward"
+    if not short:
+        training += " (the input and every parameter need grad)"
+    inference = "forward alone" if short else "the forward alone, under torch.inference_mode()"
+    if modes == {True}:
+        return inference
+    if modes == {True, False}:
+        return f"{training}, or where the setting says inference, {inference}"
+    return training
+
+
+def _drawn_table(results: Sequence[dict[str, Any]], variant: str, base: str, a: str, b: str) -> str:
+    """Off-grid points (a random sweep's): a Markdown row each, in the order they ran.
+
+    The columns that the grid gives tables of: the speedup, the packed /
+    padded ratio, the GPU time per step, the host ratio and the path.
+    """
+    points: dict[tuple[str, int, int, int, int], dict[str, dict[str, Any]]] = {}
+    for r in results:
+        key = (_setting(r), r["steps"], r["batch"], r["features"], r["state"])
+        points.setdefault(key, {})[r["variant"]] = r
+    ours = [r for r in results if r["variant"] == variant]
+    with_padded = any(r.get("packed") for r in ours)
+    with_gpu = any(r.get("gpu_us_per_step") is not None for r in results)
+    with_host = any(r.get("host_ratio") is not None for r in results)
+    with_paths = any(r.get("path") for r in ours)
+    head = f"| T,B,F,S | precision | GMAC | {a} ms | {b} ms | speedup |"
+    rule = "|---|---|---:|---:|---:|---:|"
+    for on, title, align in (
+        (with_padded, "packed / padded", "---:|"),
+        (with_gpu, f"µs/step {a} / {b}", "---:|"),
+        (with_host, f"host ratio {a} / {b}", "---:|"),
+        (with_paths, "path", "---|"),
+    ):
+        if on:
+            head += f" {title} |"
+            rule += align
+    lines = [head, rule]
+    for (setting, t, batch, f, s), point in points.items():
+        ours_row, base_row = point.get(variant, {}), point.get(base, {})
+        speedup = _speedup(point, variant, base)
+        line = (
+            f"| {t},{batch},{f},{s} | {setting} | {_gmac(forward_macs(t, batch, f, s))} | "
+            f"{_num(ours_row.get('median_ms'))} | {_num(base_row.get('median_ms'))} | "
+            f"{f'{speedup:.2f}' if speedup is not None else 'n/a'} |"
+        )
+        if with_padded:
+            line += f" {_num(ours_row.get('packed_vs_padded'), '.2f')} |"
+        if with_gpu:
+            per_step = (_us(r.get("gpu_us_per_step")) for r in (ours_row, base_row))
+            line += f" {' / '.join(per_step)} |"
+        if with_host:
+            host = (_num(r.get("host_ratio"), ".2f") for r in (ours_row, base_row))
+            line += f" {' / '.join(host)} |"
+        if with_paths:
+            line += f" {ours_row.get('path') or 'n/a'} |"
+        lines.append(line)
+    return "\n".join(lines) + (
+        "\n\nGMAC: the forward's multiply-adds per direction, T*B*3*S*(S+F), in billions."
+    )
+
+
 def format_sweep_tables(
     results: Sequence[dict[str, Any]], variant: str = "layer", base: str = "nn.LSTM"
 ) -> str:
     """Markdown: the speedup of ``variant`` over ``base`` per (precision, F, S), rows T, columns B.
 
-    Then the worst and median speedup; for packed batches, ``variant``'s
-    packed / padded time ratio and its worst and median; the GPU time per
-    step of both (graph replay / T, in µs) and the host ratio (eager wall /
-    graph replay) of both, when measured. A precision that ran with options
-    is named with them (``float16, bidirectional``).
+    Then the worst and median speedup; the sequence path that ``variant``
+    ran at each point (where the rows name it); for packed batches,
+    ``variant``'s packed / padded time ratio and its worst and median; the
+    GPU time per step of both (graph replay / T, in µs) and the host ratio
+    (eager wall / graph replay) of both, when measured. A precision that ran
+    with options, or in inference, is named with them (``float16,
+    bidirectional``). Off-grid rows (a random sweep's) are one table of a row
+    per point instead, with those figures as columns; the summaries count them.
     """
-    grid = _grid(results)
+    grid = _grid([r for r in results if not r.get("off_grid")])
+    drawn = [r for r in results if r.get("off_grid")]
 
     def table(
         key: tuple[str, int, int], title: str, cell: Callable[[dict[str, dict[str, Any]]], str]
@@ -1441,6 +1767,13 @@ def format_sweep_tables(
         values = [point.get(n, {}).get("host_ratio") for n in (variant, base)]
         return " / ".join(f"{v:.2f}" if v is not None else "n/a" for v in values)
 
+    def path(point: dict[str, dict[str, Any]]) -> str:
+        return point.get(variant, {}).get("path") or "n/a"
+
+    def grid_rows(key: str) -> bool:
+        # Whether any grid point has ``key`` measured (the drawn points have columns).
+        return any(r.get(key) is not None for r in results if not r.get("off_grid"))
+
     a, b = _label(variant, results), _label(base, results)
     notes = {
         r["precision"]: PRECISIONS[r["precision"]].note
@@ -1449,12 +1782,14 @@ def format_sweep_tables(
     }
     out = [
         (
-            f"Speedup of {a} over {b}: {b}'s median wall time / {a}'s, forward + backward "
-            "(the input and every parameter need grad). Above 1 means the layer is faster."
+            f"Speedup of {a} over {b}: {b}'s median wall time / {a}'s, "
+            f"{_timed_call(results)}. Above 1 means the layer is faster."
         ),
         *(f"{p}: {note}." for p, note in notes.items()),
     ]
     out += [table(key, "", speedup_cell) for key in grid]
+    if drawn:
+        out.append(_drawn_table(drawn, variant, base, a, b))
     summary = sweep_summary(results, variant, base)
     lines = [
         "| precision | points | worst | median | below 1.0 | n/a |",
@@ -1469,14 +1804,23 @@ def format_sweep_tables(
             f"| {p} | {s['points']} | {_where(s['worst'])} | {median} | {s['below_1']} | "
             f"{s['missing']} |"
         )
-    out.append("\n".join(lines) + "\n\n" + _speedup_goals(results, b))
+    goals = _speedup_goals(results, b)
+    out.append("\n".join(lines) + (f"\n\n{goals}" if goals else ""))
+    if any(r.get("path") for r in results if r["variant"] == variant and not r.get("off_grid")):
+        out.append(
+            f"The sequence path that {a} ran at each point: forward/backward, one name where "
+            "both ran the same or the forward ran alone (inference), a+b where blocks of steps "
+            "(directions, packed segments) ran different paths."
+        )
+        out += [table(key, ", path", path) for key in grid]
     out += _packed_tables(results, grid, variant)
     if any(r.get("gpu_us_per_step") is not None for r in results):
-        out.append(
-            f"GPU time per step, µs: {a} / {b} (the forward + backward replayed as a "
-            "CUDA graph, divided by T)."
-        )
-        out += [table(key, ", µs/step", per_step) for key in grid]
+        if grid_rows("gpu_us_per_step"):
+            out.append(
+                f"GPU time per step, µs: {a} / {b} (the {_timed_call(results, short=True)} "
+                "replayed as a CUDA graph, divided by T)."
+            )
+            out += [table(key, ", µs/step", per_step) for key in grid]
         lines = ["| precision | worst | median | below 1.0 |", "|---|---|---:|---:|"]
         for p, s in entries:
             median = f"{s['gpu_median']:.2f}x" if s["gpu_median"] is not None else "n/a"
@@ -1486,11 +1830,12 @@ def format_sweep_tables(
             f"{b}'s):\n\n" + "\n".join(lines)
         )
     if any(r.get("host_ratio") is not None for r in results):
-        out.append(
-            f"Host overhead: eager wall time / CUDA-graph replay time, {a} / {b} "
-            "(1.00: the host adds nothing)."
-        )
-        out += [table(key, ", host ratio", host) for key in grid]
+        if grid_rows("host_ratio"):
+            out.append(
+                f"Host overhead: eager wall time / CUDA-graph replay time, {a} / {b} "
+                "(1.00: the host adds nothing)."
+            )
+            out += [table(key, ", host ratio", host) for key in grid]
         worst = [
             f"{p}: {_where(s['host_ratio_max'])}, {s['host_ratio_above_goal']} above "
             f"{HOST_RATIO_GOAL}"
@@ -1579,7 +1924,8 @@ def plot_sweep(
         bar.ax.minorticks_off()
         bar.set_ticks(ticks, labels=[f"{t:g}x" for t in ticks])
     fig.suptitle(
-        f"{_label(variant, results)} over {_label(base, results)}: forward + backward, "
+        f"{_label(variant, results)} over {_label(base, results)}: "
+        f"{_timed_call(results, short=True)}, "
         f"{'wall' if metric == 'wall' else 'GPU'} time (above 1: faster)"
     )
     fig.savefig(path, dpi=110)
@@ -1591,20 +1937,33 @@ def describe(
     precisions: Sequence[str],
     device: str | torch.device,
     options: LayerOptions | None = None,
+    *,
+    inference: bool = False,
+    drawn: RandomSizes | None = None,
 ) -> str:
-    """The header of a report: torch, the GPU, what the columns, precisions and options mean."""
+    """The header of a report: torch, the GPU, what the columns, precisions and options mean.
+
+    ``inference``: the forward alone was timed; ``drawn``: the sizes of a
+    random sweep, and how they were drawn.
+    """
     device = torch.device(device)
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     options = options or LayerOptions()
+    if inference:
+        timed = "inference: the forward alone under torch.inference_mode() (no backward)"
+    else:
+        timed = "forward + backward of output.sum() (input and parameters need grad)"
     lines = [
-        (
-            "LLTM layer over T steps, forward + backward of output.sum() (input and "
-            f"parameters need grad); {platform(gpu)}"
-        ),
+        f"LLTM layer over T steps, {timed}; {platform(gpu)}",
         (
             "wall = eager median; gpu = the same call replayed as a CUDA graph; host x = "
             "wall / gpu; vs LSTM = nn.LSTM's wall / the variant's (above 1: faster); gpu vs = "
             "the same on GPU times; vs loop = against the lltm.LLTM loop"
+        ),
+        (
+            "path = the sequence path that the layer ran (lltm.paths_that_ran, one call "
+            "outside the timed loop): forward/backward, one name where both ran the same or "
+            "the forward ran alone, a+b where blocks of steps ran different paths"
         ),
     ]
     for p in precisions:
@@ -1627,4 +1986,6 @@ def describe(
             "the layer on the same batch padded to its longest sequence; /padded = the "
             "layer's wall / layer-padded's"
         )
+    if drawn is not None:
+        lines += drawn.describe()
     return "\n".join(lines) + "\n"
