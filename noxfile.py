@@ -194,6 +194,7 @@ SANITIZE_TESTS = [
     "test_cell.py",
     "test_sequence.py",
     "test_layer_options.py",
+    "test_path_choice.py",
     "test_errors.py",
     "test_bad_inputs.py",
     "test_properties.py",

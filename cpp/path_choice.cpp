@@ -18,8 +18,10 @@ constexpr std::array<const char*, 6>
     kPaths{"steps", "onednn", "fused", "persistent", "cluster", "auto"};
 
 // Blocks of up to this many steps are timed as they are; longer ones share
-// a choice per power of two, extrapolated from this many steps and half.
-constexpr int64_t kStepsTimed = 16;
+// a choice per power of two, extrapolated from this many steps and a
+// quarter of them: far enough apart that a call's own costs, which vary
+// from run to run (packing W_h into fresh memory), cancel out.
+constexpr int64_t kStepsTimed = 32;
 
 int64_t power_of_two_at_least(int64_t n) {
   int64_t p = 1;

@@ -5,7 +5,7 @@
 //
 // A kind of block is its Key: the device's type, the dtype, the direction of
 // autograd, whether the forward saves, the threads it has, and its sizes,
-// with the steps past 16 and the batch in buckets (each shares the power of
+// with the steps past 32 and the batch in buckets (each shares the power of
 // two at or above it), so that the segments of a packed batch share a few
 // choices. Within a process a key has one choice
 // from its first block on, so that results stay bitwise repeatable;
@@ -46,7 +46,7 @@ Key key_of(
     const Sizes& sizes);
 
 // A block of `steps` steps' microseconds from time(n), the microseconds of
-// n steps: timed as it is up to 16 steps, else extrapolated from 4 and 16
+// n steps: timed as it is up to 32 steps, else extrapolated from 8 and 32
 // (a call's fixed costs, such as packing W_h, and a cost per step).
 double time_steps(int64_t steps, c10::function_ref<double(int64_t)> time);
 

@@ -14,7 +14,6 @@
 #include <ATen/ops/addmm_cpu_dispatch.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm_cpu_dispatch.h>
-#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include <ATen/Context.h>
@@ -349,12 +348,29 @@ bool fused_runs(const Sizes& sizes, at::ScalarType dtype) {
       cpu::best_kernels<float>().fused_step != nullptr;
 }
 
-// W_h^T in panels of `width` state units: [panels, S, 3, width].
+// W_h^T in panels of `width` state units: [panels, S, 3, width], zeros past
+// the state's end; one pass, a panel per task.
 at::Tensor fused_panels(const at::Tensor& weights, int64_t S, int64_t width) {
   const int64_t panels = (S + width - 1) / width;
-  at::Tensor padded = at::zeros({3, panels * width, S}, weights.options());
-  padded.narrow(1, 0, S).copy_(weights_h(weights, S).reshape({3, S, S}));
-  return padded.view({3, panels, width, S}).permute({1, 3, 0, 2}).contiguous();
+  at::Tensor out = at::empty({panels, S, 3, width}, weights.options());
+  const float* w = weights.const_data_ptr<float>();
+  const int64_t row = weights.stride(0);
+  const int64_t col = weights.stride(1);
+  float* o = out.mutable_data_ptr<float>();
+  at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      for (int64_t k = 0; k < S; ++k) {
+        for (int64_t g = 0; g < 3; ++g) {
+          float* dst = o + ((p * S + k) * 3 + g) * width;
+          for (int64_t j = 0; j < width; ++j) {
+            const int64_t unit = p * width + j;
+            dst[j] = unit < S ? w[(g * S + unit) * row + k * col] : 0.0f;
+          }
+        }
+      }
+    }
+  });
+  return out;
 }
 
 // A task (a block of rows of one panel) of fewer multiply-adds than this is
@@ -415,15 +431,30 @@ void fused_forward(
   }
 }
 
-// W_h in panels of `width` state units: [panels, 3S, width].
+// W_h in panels of `width` state units: [panels, 3S, width], zeros past
+// the state's end; one pass, a panel per task.
 at::Tensor fused_backward_panels(
     const at::Tensor& weights,
     int64_t S,
     int64_t width) {
   const int64_t panels = (S + width - 1) / width;
-  at::Tensor padded = at::zeros({3 * S, panels * width}, weights.options());
-  padded.narrow(1, 0, S).copy_(weights_h(weights, S));
-  return padded.view({3 * S, panels, width}).permute({1, 0, 2}).contiguous();
+  at::Tensor out = at::empty({panels, 3 * S, width}, weights.options());
+  const float* w = weights.const_data_ptr<float>();
+  const int64_t row = weights.stride(0);
+  const int64_t col = weights.stride(1);
+  float* o = out.mutable_data_ptr<float>();
+  at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      for (int64_t k = 0; k < 3 * S; ++k) {
+        float* dst = o + (p * 3 * S + k) * width;
+        for (int64_t j = 0; j < width; ++j) {
+          const int64_t unit = p * width + j;
+          dst[j] = unit < S ? w[k * row + unit * col] : 0.0f;
+        }
+      }
+    }
+  });
+  return out;
 }
 
 // The reverse loop: per step one parallel region of tasks that each run the

@@ -35,7 +35,7 @@ def paths_that_ran(fn: Callable[[], object]) -> PathsThatRan:
     Example:
         >>> layer = lltm.LLTMLayer(32, 128)
         >>> paths_that_ran(lambda: layer(torch.randn(16, 4, 32))[0].sum().backward())
-        {'forward': ['blas'], 'backward': ['blas']}
+        {'forward': ['fused'], 'backward': ['fused']}
     """
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         fn()

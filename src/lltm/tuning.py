@@ -45,7 +45,7 @@ class PathChoice(TypedDict):
     """One kind of block and its path.
 
     ``key`` names the kind (``cpu|Float|inference|threads=2|T=64|B=16|F=32|S=128``:
-    steps past 16 and batches share the power of two at or above them);
+    steps past 32 and batches share the power of two at or above them);
     ``source`` is ``"measured"``, ``"model"`` or ``"cache"`` (from disk);
     ``times_us`` the microseconds each candidate took (or the model's
     estimate) for a block of that kind.
