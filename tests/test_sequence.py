@@ -9,6 +9,7 @@ loop of cuBLAS and the pointwise kernel.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -96,12 +97,26 @@ def reference_with_grads(args: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     return with_grads(lltm_sequence_reference, args64)
 
 
+def ran_the_forced_path(args: list[torch.Tensor]) -> None:
+    """On CUDA with a path forced, every block of steps ran that path.
+
+    So that a test named after a path proves the path ran (the profiler's
+    ranges, lltm.paths_that_ran); empty problems run no kernel.
+    """
+    path = os.environ.get("LLTM_SEQUENCE_PATH", "")
+    if not args[0].is_cuda or path in ("", "auto") or 0 in args[0].shape[:2] or 0 in args[3].shape:
+        return
+    ran = lltm.paths_that_ran(lambda: with_grads(lltm.lltm_sequence, args))
+    assert set(ran["forward"]) | set(ran["backward"]) == {path}, ran
+
+
 def matches_the_reference_bit_for_bit(args: list[torch.Tensor]) -> None:
     """Close to the float64 reference, and bit for bit the same when run again.
 
     The kernels add their partial sums in a fixed order, so a second call
     repeats the first exactly.
     """
+    ran_the_forced_path(args)
     got = with_grads(lltm.lltm_sequence, args)
     for g, w in zip(got, reference_with_grads(args), strict=True):
         assert_close_to_reference(g.cpu(), w)
@@ -772,7 +787,7 @@ def test_cuda_bad_path_and_a_state_too_large_for_the_persistent_kernel(
 ) -> None:
     args = make_sequence(2, 2, 3, 4, device="cuda", dtype=torch.float32, requires_grad=False)
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "fast")
-    with pytest.raises(ValueError, match="LLTM_SEQUENCE_PATH=fast: expected auto, persistent"):
+    with pytest.raises(ValueError, match="LLTM_SEQUENCE_PATH=fast: expected auto, steps, onednn"):
         lltm.lltm_sequence(*args)
     # W_h of state 2048 in float32 is 50 MB: more than the GPU's shared memory.
     big = make_sequence(1, 1, 1, 2048, device="cuda", dtype=torch.float32, requires_grad=False)
