@@ -279,6 +279,31 @@ constexpr int kBlockRows = 8;
 constexpr int kBlockRows = 4;
 #endif
 
+// Panel::run<rows>(a, p, row) over a block's rows, their count a
+// compile-time constant (so that their accumulators stay in registers).
+template <typename Panel, int kRows, typename Args>
+void run_rows(const Args& a, int64_t p, int64_t row, int64_t rows) {
+  if constexpr (kRows > 1) {
+    if (rows < kRows) {
+      run_rows<Panel, kRows - 1>(a, p, row, rows);
+      return;
+    }
+  }
+  Panel::template run<kRows>(a, p, row);
+}
+
+// Tasks [begin, end) of a fused step, numbered as FusedStepArgs says: task
+// i is panel i / row_blocks, its block of kBlock rows i % row_blocks.
+template <typename Panel, int kBlock, typename Args>
+void run_tasks(const Args& a, int64_t begin, int64_t end) {
+  const int64_t row_blocks = (a.batch + kBlock - 1) / kBlock;
+  for (int64_t task = begin; task < end; ++task) {
+    const int64_t row = (task % row_blocks) * kBlock;
+    run_rows<Panel, kBlock>(
+        a, task / row_blocks, row, std::min<int64_t>(kBlock, a.batch - row));
+  }
+}
+
 // Rows [row, row + kRows) of panel p: the GEMM over k, then the cell's
 // forward on the accumulators.
 template <int kRows>
@@ -330,31 +355,15 @@ void fused_panel(const FusedStepArgs<float>& a, int64_t p, int64_t row) {
   }
 }
 
-template <int kRows>
-void fused_rows(
-    const FusedStepArgs<float>& a,
-    int64_t p,
-    int64_t row,
-    int64_t rows) {
-  if constexpr (kRows > 1) {
-    if (rows < kRows) {
-      fused_rows<kRows - 1>(a, p, row, rows);
-      return;
-    }
+struct ForwardPanel {
+  template <int kRows>
+  static void run(const FusedStepArgs<float>& a, int64_t p, int64_t row) {
+    fused_panel<kRows>(a, p, row);
   }
-  fused_panel<kRows>(a, p, row);
-}
+};
 
 void fused_step(const FusedStepArgs<float>& a, int64_t begin, int64_t end) {
-  const int64_t row_blocks = (a.batch + kBlockRows - 1) / kBlockRows;
-  for (int64_t task = begin; task < end; ++task) {
-    const int64_t row = (task % row_blocks) * kBlockRows;
-    fused_rows<kBlockRows>(
-        a,
-        task / row_blocks,
-        row,
-        std::min<int64_t>(kBlockRows, a.batch - row));
-  }
+  run_tasks<ForwardPanel, kBlockRows>(a, begin, end);
 }
 
 // The backward's rows of a task: one accumulator vector a row.
@@ -410,35 +419,21 @@ void fused_backward_panel(
   }
 }
 
-template <int kRows>
-void fused_backward_rows(
-    const FusedBackwardStepArgs<float>& a,
-    int64_t p,
-    int64_t row,
-    int64_t rows) {
-  if constexpr (kRows > 1) {
-    if (rows < kRows) {
-      fused_backward_rows<kRows - 1>(a, p, row, rows);
-      return;
-    }
+struct BackwardPanel {
+  template <int kRows>
+  static void run(
+      const FusedBackwardStepArgs<float>& a,
+      int64_t p,
+      int64_t row) {
+    fused_backward_panel<kRows>(a, p, row);
   }
-  fused_backward_panel<kRows>(a, p, row);
-}
+};
 
 void fused_backward_step(
     const FusedBackwardStepArgs<float>& a,
     int64_t begin,
     int64_t end) {
-  const int64_t row_blocks =
-      (a.batch + kBackwardBlockRows - 1) / kBackwardBlockRows;
-  for (int64_t task = begin; task < end; ++task) {
-    const int64_t row = (task % row_blocks) * kBackwardBlockRows;
-    fused_backward_rows<kBackwardBlockRows>(
-        a,
-        task / row_blocks,
-        row,
-        std::min<int64_t>(kBackwardBlockRows, a.batch - row));
-  }
+  run_tasks<BackwardPanel, kBackwardBlockRows>(a, begin, end);
 }
 
 template <typename T>

@@ -648,21 +648,23 @@ class RecordPath {
   at::RecordFunction guard_;
 };
 
-} // namespace
-
-namespace {
-
-// What `slot` holds, else `make()`, kept in `slot` where there is one.
-template <typename Make>
-at::Tensor kept(at::Tensor* slot, Make make) {
-  if (slot != nullptr && slot->defined()) {
-    return *slot;
-  }
-  at::Tensor made = make();
-  if (slot != nullptr) {
-    *slot = made;
-  }
-  return made;
+// The backward's loops over one block, chosen and recorded.
+StateGrads backward_block(
+    const Engine& engine,
+    const Sizes& sizes,
+    at::ScalarType dtype,
+    const BackwardInputs& inputs,
+    const OutputMask& mask,
+    at::Tensor& d_gates) {
+  const StepLoops& loops = loops_for(
+      engine,
+      sizes,
+      dtype,
+      /*backward=*/true,
+      /*save=*/true,
+      "lltm::sequence_backward");
+  const RecordPath record(loops, /*backward=*/true);
+  return loops.backward(sizes, inputs, mask, d_gates);
 }
 
 } // namespace
@@ -1001,16 +1003,10 @@ BackwardResult run_backward(
       }
       at::Tensor d_gates =
           engine.scratch(Scratch::kDGates, {T, B, 3 * S}, options);
-      const StepLoops& loops = loops_for(
+      StateGrads state = backward_block(
           engine,
           sizes,
           dtype,
-          /*backward=*/true,
-          /*save=*/true,
-          "lltm::sequence_backward");
-      const RecordPath record(loops, /*backward=*/true);
-      StateGrads state = loops.backward(
-          sizes,
           {grad_output,
            grad_h_n,
            grad_c_n,
@@ -1076,16 +1072,10 @@ BackwardResult run_backward(
       }
       at::Tensor dz = block(d_gates, s);
       const OutputMask wanted = segment_mask(i == 0, mask);
-      const StepLoops& loops = loops_for(
+      StateGrads state = backward_block(
           engine,
           sizes,
           dtype,
-          /*backward=*/true,
-          /*save=*/true,
-          "lltm::sequence_backward");
-      const RecordPath record(loops, /*backward=*/true);
-      StateGrads state = loops.backward(
-          sizes,
           {block(g, s),
            gh,
            gc,

@@ -160,6 +160,20 @@ struct BackwardInputs {
   PackedWeights* packed = nullptr;
 };
 
+// What `slot` holds, else `make()`, kept in `slot` where there is one (a
+// PackedWeights' slot, or nullptr).
+template <typename Make>
+at::Tensor kept(at::Tensor* slot, Make make) {
+  if (slot != nullptr && slot->defined()) {
+    return *slot;
+  }
+  at::Tensor made = make();
+  if (slot != nullptr) {
+    *slot = made;
+  }
+  return made;
+}
+
 // W_h^T and W_h of weights, dense: from `packed` where it has them, else
 // made (and kept there, where given).
 at::Tensor packed_w_h_t(

@@ -176,24 +176,20 @@ struct OneDnnGemm {
       const Sizes& sizes,
       PackedWeights* packed,
       bool backward)
-      : ops_(*OneDnnOps::get()) {
-    const int64_t S = sizes.state_size;
-    // A linear layer's weight is [out, in]: W_h ([3S, S]) forward, W_h^T
-    // ([S, 3S]) backward.
-    at::Tensor* slot = packed == nullptr
-        ? nullptr
-        : &packed->layouts[backward ? kOneDnnBackward : kOneDnnForward];
-    if (slot != nullptr && slot->defined()) {
-      w_ = *slot;
-      return;
-    }
-    const at::Tensor dense = backward ? packed_w_h_t(weights, S, packed)
-                                      : packed_w_h(weights, S, packed);
-    w_ = ops_.reorder.call(dense, sizes.batch);
-    if (slot != nullptr) {
-      *slot = w_;
-    }
-  }
+      : ops_(*OneDnnOps::get()),
+        w_(kept(
+            packed == nullptr
+                ? nullptr
+                : &packed->layouts[backward ? kOneDnnBackward : kOneDnnForward],
+            [&] {
+              // A linear layer's weight is [out, in]: W_h ([3S, S])
+              // forward, W_h^T ([S, 3S]) backward.
+              const int64_t S = sizes.state_size;
+              return ops_.reorder.call(
+                  backward ? packed_w_h_t(weights, S, packed)
+                           : packed_w_h(weights, S, packed),
+                  sizes.batch);
+            })) {}
 
   at::Tensor forward(at::Tensor& z, const at::Tensor& h) const {
     return ops_.linear_add.call(h, z, w_, std::nullopt, "add");
@@ -386,13 +382,9 @@ void fused_forward(
   const int64_t S = sizes.state_size;
   const int64_t BS = B * S;
   const auto& k = cpu::best_kernels<float>();
-  const at::Tensor panels =
-      in.packed != nullptr && in.packed->layouts[kPanels].defined()
-      ? in.packed->layouts[kPanels]
-      : fused_panels(in.weights, S, k.panel_width);
-  if (in.packed != nullptr) {
-    in.packed->layouts[kPanels] = panels;
-  }
+  const at::Tensor panels = kept(
+      in.packed != nullptr ? &in.packed->layouts[kPanels] : nullptr,
+      [&] { return fused_panels(in.weights, S, k.panel_width); });
   const at::Tensor bias_c = in.bias.contiguous();
   const at::Tensor h0_c = in.h0.contiguous();
   const at::Tensor c0_c = in.c0.contiguous();
@@ -472,13 +464,9 @@ StateGrads fused_backward(
   const int64_t S = sizes.state_size;
   const int64_t BS = B * S;
   const auto& k = cpu::best_kernels<float>();
-  const at::Tensor panels =
-      in.packed != nullptr && in.packed->layouts[kBackwardPanels].defined()
-      ? in.packed->layouts[kBackwardPanels]
-      : fused_backward_panels(in.weights, S, k.panel_width);
-  if (in.packed != nullptr) {
-    in.packed->layouts[kBackwardPanels] = panels;
-  }
+  const at::Tensor panels = kept(
+      in.packed != nullptr ? &in.packed->layouts[kBackwardPanels] : nullptr,
+      [&] { return fused_backward_panels(in.weights, S, k.panel_width); });
   const auto options = in.gates.options();
   // dc_t, in turns: step t reads dc_t and writes dc_{t-1}.
   const std::array<at::Tensor, 2> dc{

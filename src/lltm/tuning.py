@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -70,6 +71,7 @@ def clear_path_choices() -> None:
     _C._clear_path_choices()
 
 
+@functools.cache
 def _machine() -> str:
     """The processor's model and logical CPUs: a choice measured on one is not another's."""
     model = platform.processor() or platform.machine()
