@@ -67,7 +67,7 @@ SHELL_SCRIPTS = [
     "scripts/gpu-hardening.sh",
     "scripts/gpu-lib.sh",
 ]
-CPP_SOURCES = sorted(str(p) for d in ("cpp", "cuda") for p in (ROOT / d).glob("*.[ch]*"))
+CPP_SOURCES = sorted(str(p) for d in ("cpp", "cuda") for p in (ROOT / d).rglob("*.[ch]*"))
 
 
 @nox.session

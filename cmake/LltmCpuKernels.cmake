@@ -1,10 +1,11 @@
 # The CPU kernels of each instruction set: lltm_add_cpu_kernels(target).
 #
-# cpp/lltm_cpu_kernel.cpp, among the module's sources, is the DEFAULT
-# kernels, which any processor runs. On x86-64 Linux it is compiled again for
-# each capability of cpp/cpu_capabilities.txt, each object with its own flags
-# and CPU_CAPABILITY, as ATen builds its own kernels; cpp/cpu_dispatch.cpp
-# picks one at run time. src/lltm/jit.py builds the same objects.
+# sources.txt's cpu_kernels, among the module's sources, are the DEFAULT
+# kernels, which any processor runs. On x86-64 Linux they are compiled again
+# for each capability of cpp/cpu_kernels/capabilities.txt, each object with
+# its own flags and CPU_CAPABILITY, as ATen builds its own kernels;
+# cpp/cpu_kernels/dispatch.cpp picks one at run time. src/lltm/jit.py builds
+# the same objects.
 #
 # An object compiled with -mavx2 holds its own copies of the inline functions
 # of the headers it includes (c10, ATen, the standard library), compiled for
@@ -24,14 +25,14 @@ function(lltm_add_cpu_kernels target)
     message(STATUS "lltm: CPU kernels for the DEFAULT capability only")
     return()
   endif()
-  set(_list "${PROJECT_SOURCE_DIR}/cpp/cpu_capabilities.txt")
+  set(_list "${PROJECT_SOURCE_DIR}/cpp/cpu_kernels/capabilities.txt")
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_list}")
   file(STRINGS "${_list}" _lines REGEX "^[A-Z]")
   foreach(_line IN LISTS _lines)
     separate_arguments(_flags UNIX_COMMAND "${_line}")
     list(POP_FRONT _flags _capability)
     string(TOLOWER "lltm_cpu_kernel_${_capability}" _kernels)
-    add_library(${_kernels} OBJECT cpp/lltm_cpu_kernel.cpp)
+    add_library(${_kernels} OBJECT ${LLTM_SOURCES_cpu_kernels})
     target_compile_definitions(${_kernels} PRIVATE CPU_CAPABILITY=${_capability}
                                                    CPU_CAPABILITY_${_capability})
     target_compile_options(${_kernels} PRIVATE ${_flags})

@@ -114,9 +114,14 @@ function(lltm_add_cuda_kernels target)
     endif()
   endforeach()
 
-  add_library(
-    lltm_cuda_kernels STATIC cuda/lltm_kernel.cu cuda/lltm_small.cu cuda/lltm_sequence.cu
-                             cuda/lltm_cluster_mma.cu cuda/lltm_step.cu cuda/lltm_step_mma.cu)
+  # The kernel library: the .cu files of sources.txt's cuda group; the C++
+  # over it joins the module.
+  set(_kernels ${LLTM_SOURCES_cuda})
+  list(FILTER _kernels INCLUDE REGEX "\\.cu$")
+  set(_bridge ${LLTM_SOURCES_cuda})
+  list(FILTER _bridge EXCLUDE REGEX "\\.cu$")
+  add_library(lltm_cuda_kernels STATIC ${_kernels})
+  target_include_directories(lltm_cuda_kernels PRIVATE "${PROJECT_SOURCE_DIR}")
   set_target_properties(
     lltm_cuda_kernels
     PROPERTIES CUDA_ARCHITECTURES "${_archs}"
@@ -132,6 +137,6 @@ function(lltm_add_cuda_kernels target)
   target_compile_definitions(
     lltm_cuda_kernels PRIVATE __CUDA_NO_HALF_OPERATORS__ __CUDA_NO_HALF_CONVERSIONS__
                               __CUDA_NO_BFLOAT16_CONVERSIONS__ __CUDA_NO_HALF2_OPERATORS__)
-  target_sources(${target} PRIVATE cpp/lltm_cuda.cpp cpp/sequence_cuda.cpp)
+  target_sources(${target} PRIVATE ${_bridge})
   target_link_libraries(${target} PRIVATE lltm_cuda_kernels)
 endfunction()

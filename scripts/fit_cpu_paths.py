@@ -1,4 +1,4 @@
-"""Fit the CPU paths' cost model (``cpu_model`` in cpp/sequence_cpu.cpp) to measurements.
+"""Fit the CPU paths' cost model (``cpu_model`` in cpp/sequence/cpu/engine.cpp) to measurements.
 
 Draws random sizes, lets each block's choice measure every candidate path
 (the measurements lltm.path_choices() reports), and fits per path and

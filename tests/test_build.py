@@ -181,7 +181,7 @@ def test_runpath_points_at_torch() -> None:
 
 
 # Instructions past x86-64's baseline that the AVX2 and AVX-512 kernels are
-# compiled with (cpp/cpu_capabilities.txt): the VEX and EVEX encodings, with
+# compiled with (cpp/cpu_kernels/capabilities.txt): the VEX and EVEX encodings, with
 # their ymm, zmm and mask registers, and BMI, LZCNT and POPCNT.
 BEYOND_BASELINE = re.compile(
     r"^v|%[yz]mm|%k[0-7]|^(andn|bextr|blsi|blsmsk|blsr|bzhi|lzcnt|mulx|pdep|pext|popcnt|rorx|"

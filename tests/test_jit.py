@@ -89,7 +89,7 @@ def test_jit_build_matches_the_prebuilt_module(extensions_dir: Path, tmp_path: P
     first_log = first.stdout + first.stderr
     assert "Building extension module lltm_jit" in first_log
     # A ninja step per source, whatever the compiler ($CXX) is called.
-    assert re.search(r"\[\d+/\d+\] \S+ .*lltm_cpu\.cpp", first_log), first_log
+    assert re.search(r"\[\d+/\d+\] \S+ .*cpp__cell__cpu\.cpp", first_log), first_log
     if sys.platform == "linux" and platform.machine() == "x86_64" and shutil.which("objdump"):
         # The kernels of each instruction set, built with their own flags.
         assert "-DCPU_CAPABILITY=AVX2 -DCPU_CAPABILITY_AVX2 -mavx2" in first_log
@@ -172,24 +172,27 @@ def test_python_m_lltm_reports_the_backend(extensions_dir: Path) -> None:
     assert '"backend": "jit"' in result.stdout
 
 
-def _cmake_sources() -> set[str]:
-    text = (ROOT / "CMakeLists.txt").read_text() + "".join(
-        p.read_text() for p in (ROOT / "cmake").glob("*.cmake")
-    )
-    return set(re.findall(r"\b(?:cpp|cuda)/\w+\.(?:cpp|cu|h|txt)\b", text))
+def _tree_sources() -> set[str]:
+    """Every file of cpp/ and cuda/ in the checkout, and the list of sources."""
+    files = {str(p.relative_to(ROOT)) for d in ("cpp", "cuda") for p in (ROOT / d).rglob("*")}
+    return {f for f in files if (ROOT / f).is_file()} | {"sources.txt"}
 
 
-def test_jit_sources_are_the_cmake_sources() -> None:
-    compiled = {s for s in _cmake_sources() if s.endswith((".cpp", ".cu"))}
-    assert compiled == set(jit.CPU_SOURCES + jit.CUDA_SOURCES + jit.CPU_KERNEL_SOURCES)
+def test_sources_list_every_compiled_file_once() -> None:
+    listed = [*jit.sources("module", ROOT), *jit.sources("cpu_kernels", ROOT)]
+    listed += jit.sources("cuda", ROOT)
+    compiled = {s for s in _tree_sources() if s.endswith((".cpp", ".cu"))}
+    assert sorted(listed) == sorted(compiled)
+    assert all(s.endswith((".cpp", ".cu")) for s in listed)
+    assert not [s for s in jit.sources("module", ROOT) if s.endswith(".cu")]
 
 
-def test_package_data_holds_every_cmake_source() -> None:
+def test_package_data_holds_every_source() -> None:
     shipped = Path(lltm.__file__).parent / "_csrc"
     if not shipped.is_dir():
         pytest.skip("an editable install: the sources are the checkout's")
     files = {str(p.relative_to(shipped)) for p in shipped.rglob("*") if p.is_file()}
-    assert files == _cmake_sources()
+    assert files == _tree_sources()
     for name in files:
         assert (shipped / name).read_bytes() == (ROOT / name).read_bytes(), name
 

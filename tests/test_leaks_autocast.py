@@ -5,7 +5,7 @@ small sizes, keep the process's resident memory flat on CPU (after a warm-up
 that lets the allocators reach their steady state) and
 ``torch.cuda.memory_allocated`` exactly flat on CUDA.
 
-Autocast (cpp/autocast.cpp, docs/design.md "Autocast"): inside ``torch.autocast`` the
+Autocast (cpp/ops/autocast.cpp, docs/design.md "Autocast"): inside ``torch.autocast`` the
 forward ops cast their float32/float16/bfloat16 inputs to the autocast dtype
 and return that dtype; float64 tensors stay float64. Gradients reach float32
 parameters as float32.

@@ -36,43 +36,11 @@ from typing import Any
 import torch
 
 __all__ = [
-    "CPU_KERNEL_SOURCES",
-    "CPU_SOURCES",
-    "CUDA_SOURCES",
     "JitUnavailableError",
     "load",
     "source_dir",
+    "sources",
 ]
-
-# The files CMakeLists.txt compiles, relative to the source directory; a test
-# checks the lists agree.
-CPU_SOURCES = (
-    "cpp/bindings.cpp",
-    "cpp/lltm.cpp",
-    "cpp/autograd.cpp",
-    "cpp/lltm_aten.cpp",
-    "cpp/lltm_cpu.cpp",
-    "cpp/cpu_dispatch.cpp",
-    "cpp/sequence.cpp",
-    "cpp/sequence_cpu.cpp",
-    "cpp/path_choice.cpp",
-    "cpp/autocast.cpp",
-    "cpp/layouts.cpp",
-)
-CUDA_SOURCES = (
-    "cpp/lltm_cuda.cpp",
-    "cpp/sequence_cuda.cpp",
-    "cuda/lltm_kernel.cu",
-    "cuda/lltm_small.cu",
-    "cuda/lltm_sequence.cu",
-    "cuda/lltm_cluster_mma.cu",
-    "cuda/lltm_step.cu",
-    "cuda/lltm_step_mma.cu",
-)
-# The CPU kernels: built with the sources, the DEFAULT ones; on x86-64 Linux,
-# built again here for each other capability, each with its own flags, which
-# torch.utils.cpp_extension (one set of flags for every file) cannot do.
-CPU_KERNEL_SOURCES = ("cpp/lltm_cpu_kernel.cpp",)
 
 _lock = threading.Lock()
 _loaded: ModuleType | None = None
@@ -88,10 +56,39 @@ def source_dir() -> Path:
     """Where the sources are: ``lltm/_csrc`` in an install, the checkout otherwise."""
     here = Path(__file__).resolve().parent
     for candidate in (here / "_csrc", here.parents[1]):
-        if (candidate / CPU_SOURCES[0]).is_file():
+        if (candidate / "sources.txt").is_file():
             return candidate
     msg = f"lltm's C++ sources are not installed (looked in {here / '_csrc'})"
     raise JitUnavailableError(msg)
+
+
+def sources(group: str, root: Path | None = None) -> tuple[str, ...]:
+    """The files of one group of ``sources.txt`` (``module``, ``cpu_kernels`` or ``cuda``).
+
+    The list CMakeLists.txt compiles and installs, relative to the source directory.
+    """
+    lines = ((root or source_dir()) / "sources.txt").read_text().splitlines()
+    listed = (line.split() for line in lines if line.strip() and not line.startswith("#"))
+    return tuple(path for name, path in listed if name == group)
+
+
+def _staged(root: Path, files: tuple[str, ...], folder: Path) -> list[str]:
+    """``files`` copied into ``folder`` under names that hold their folders.
+
+    torch.utils.cpp_extension names each object after its source's base name,
+    and lltm's sources share base names across folders (a file per path on
+    each device). A copy is rewritten only when it changed, so that ninja
+    rebuilds only what changed; every include is spelled from ``root``.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    staged = []
+    for name in files:
+        source = (root / name).read_bytes()
+        copy = folder / name.replace("/", "__")
+        if not copy.is_file() or copy.read_bytes() != source:
+            copy.write_bytes(source)
+        staged.append(str(copy))
+    return staged
 
 
 def _cuda_compiler_found() -> bool:
@@ -164,21 +161,24 @@ def load(
             with_cuda = torch.cuda.is_available() and _cuda_compiler_found()
         _check_toolchain(with_cuda)
         root = source_dir()
-        sources = [
-            root / s for s in CPU_SOURCES + (CUDA_SOURCES if with_cuda else ()) + CPU_KERNEL_SOURCES
-        ]
+        files = sources("module", root) + sources("cpu_kernels", root)
+        if with_cuda:
+            files += sources("cuda", root)
 
         from torch.utils import cpp_extension  # noqa: PLC0415 - import is slow
 
         if build_directory is not None:
             Path(build_directory).mkdir(parents=True, exist_ok=True)
+        # Separate cache entries for the two variants.
+        name = "lltm_jit_cuda" if with_cuda else "lltm_jit"
         openmp, openmp_lib = _openmp_flags()
         with _log_to_stderr(cpp_extension.logger if verbose else None):
             kernels, kernel_defines = _cpu_kernel_objects(root, build_directory)
+            folder = _build_root(build_directory) / f"{name}_sources"
             module = cpp_extension.load(
-                # Separate cache entries for the two variants.
-                name="lltm_jit_cuda" if with_cuda else "lltm_jit",
-                sources=[str(s) for s in sources],
+                name=name,
+                sources=_staged(root, files, folder),
+                extra_include_paths=[str(root)],
                 extra_cflags=["-O3", *openmp, *kernel_defines],
                 extra_ldflags=[*openmp_lib, *kernels],
                 extra_cuda_cflags=["-O3", "-lineinfo"],
@@ -216,8 +216,8 @@ def _cpu_kernel_objects(
     """The CPU kernels of each capability besides DEFAULT, built as the CMake build does.
 
     Returns the objects, for the link, and the defines that tell
-    cpp/cpu_dispatch.cpp which capabilities they hold: on x86-64 Linux, each
-    capability of cpp/cpu_capabilities.txt compiled with its own flags, then
+    cpp/cpu_kernels/dispatch.cpp which capabilities they hold: on x86-64 Linux, each
+    capability of cpp/cpu_kernels/capabilities.txt compiled with its own flags, then
     objcopy keeps only its table global (cmake/LltmCpuKernels.cmake says
     why); elsewhere none. torch relinks the module when its link flags
     change, not when an object they name does, so the objects go in a folder
@@ -228,10 +228,11 @@ def _cpu_kernel_objects(
         return [], []
     from torch.utils import cpp_extension  # noqa: PLC0415 - import is slow
 
-    source = root / CPU_KERNEL_SOURCES[0]
+    (source,) = (root / name for name in sources("cpu_kernels", root))
     # As torch.utils.cpp_extension compiles C++ on Linux, with hidden symbols
     # as in the CMake build.
     base = [cpp_extension.get_cxx_compiler(), "-fPIC", "-std=c++20", "-O3", "-fvisibility=hidden"]
+    base += ["-I", str(root)]
     for include in cpp_extension.include_paths():
         base += ["-isystem", include]
     commands = {
@@ -239,11 +240,9 @@ def _cpu_kernel_objects(
         for name, flags in _cpu_capabilities(root)
     }
     digest = hashlib.sha256(json.dumps([torch.__version__, commands]).encode())
-    for path in [source, *sorted((root / "cpp").glob("*.h"))]:
+    for path in [source, *sorted(root.glob("cpp/**/*.h")), *sorted(root.glob("cuda/common/*.h"))]:
         digest.update(path.read_bytes())
-    # Where torch would build when build_directory is None.
-    root_dir = os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()
-    folder = Path(build_directory or root_dir) / "lltm_cpu_kernels" / digest.hexdigest()[:16]
+    folder = _build_root(build_directory) / "lltm_cpu_kernels" / digest.hexdigest()[:16]
     objects = {name: folder / f"{name.lower()}.o" for name in commands}
     todo = [name for name, path in objects.items() if not path.is_file()]
     if todo:
@@ -269,9 +268,18 @@ def _cpu_kernel_objects(
     return [str(path) for path in objects.values()], [f"-DLLTM_HAVE_{n}_KERNELS" for n in objects]
 
 
+def _build_root(build_directory: str | os.PathLike[str] | None) -> Path:
+    """``build_directory``, else where torch builds extensions."""
+    if build_directory is not None:
+        return Path(build_directory)
+    from torch.utils import cpp_extension  # noqa: PLC0415 - import is slow
+
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root())
+
+
 def _cpu_capabilities(root: Path) -> list[tuple[str, list[str]]]:
-    """The capabilities of cpp/cpu_capabilities.txt, each with its compiler flags."""
-    lines = (root / "cpp" / "cpu_capabilities.txt").read_text().splitlines()
+    """The capabilities of cpp/cpu_kernels/capabilities.txt, each with its compiler flags."""
+    lines = (root / "cpp" / "cpu_kernels" / "capabilities.txt").read_text().splitlines()
     return [(w[0], w[1:]) for w in (line.split() for line in lines if line[:1].isupper())]
 
 

@@ -104,8 +104,8 @@ _sequence = torch.ops.lltm.sequence.default
 
 # --- fake kernels -------------------------------------------------------------------------
 #
-# The checks below mirror the C++ check helpers (cpp/lltm.cpp, cpp/sequence.cpp)
-# and cpp/layouts.cpp's rejection of non-strided tensors: the same order, the
+# The checks below mirror the C++ check helpers (cpp/cell/cell.cpp, cpp/sequence/checks.cpp)
+# and cpp/ops/layouts.cpp's rejection of non-strided tensors: the same order, the
 # same exception types (torch._check_type raises TypeError, _check_value
 # ValueError, _check RuntimeError) and the same words, so that meta tensors,
 # FakeTensorMode and torch.compile report a mistake as the kernels do.
@@ -134,7 +134,7 @@ def _expect(check: Callable[..., None], ok: object, op: str, expected: str, got:
 def _check_layouts(
     op: str, tensors: dict[str, Tensor | None], optional: tuple[str, ...] = ()
 ) -> None:
-    """Tensors where the schema says so, then cpp/layouts.cpp: each one strided, not nested.
+    """Tensors where the schema says so, then cpp/ops/layouts.cpp: each one strided, not nested.
 
     The dispatcher checks the argument types before any kernel runs, but
     torch.compile calls the fake kernel with whatever it traced: the words

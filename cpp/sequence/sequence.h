@@ -1,0 +1,350 @@
+// The LLTM sequence operators: a layer run over T steps in one call, with
+// backpropagation through time in one call too.
+//
+//   lltm::sequence          (output, h_n, c_n): no graph, saves nothing
+//   lltm::sequence_forward  (output, h_n, c_n, cells, gates): also what the
+//                           backward needs
+//   lltm::sequence_backward the gradients in output_mask, the order of the
+//                           forward's inputs (input, weights, bias, h0, c0)
+//
+// With input [T, B, F], weights W = [W_h | W_x] ([3S, S + F], the cell's
+// layout), h_{-1} = h0 and c_{-1} = c0, step t is the cell:
+//   Z_t = P_t + h_{t-1} W_h^T,  P = input W_x^T (one GEMM for all steps)
+//   (h_t, c_t) = the cell's pointwise math on Z_t + bias and c_{t-1}
+// output[t] = h_t, h_n = h_{T-1}, c_n = c_{T-1}. The forward saves, per step,
+// h_t (output), c_t (cells) and the activations [i | o | g] (gates), which
+// is all the backward reads. The backward runs in reverse:
+//   dh_t = grad_output[t] + dZ_{t+1} W_h   (grad_h_n instead of the GEMM at
+//                                           t = T - 1)
+//   (dZ_t, dc_{t-1}) = the cell's pointwise backward of (dh_t, dc_t)
+// and then, for all steps at once: d_W_x = dZ^T input, d_W_h = dZ_0^T h0 +
+// dZ_{1:}^T output_{:-1}, d_input = dZ W_x, d_bias = the column sums of dZ,
+// d_h0 = dZ_0 W_h, d_c0 = dc_{-1}.
+//
+// Two directions. Weights [D, 3S, S + F] (bias [D, 3S] or [D, 1, 3S], h0 and
+// c0 [D, B, S]) run D = 2 layers over the same input in one call, as
+// nn.LSTM's bidirectional layer does: direction 1 runs from the last step to
+// the first. output is [T, B, D * S] (direction d in columns [d S, (d+1) S)),
+// h_n and c_n [D, B, S], and d_input the sum of both directions'. The two
+// run at once (Engine::for_each_direction). Weights [3S, S + F] are one
+// direction with no direction dimension anywhere.
+//
+// Variable lengths. With batch_sizes (int64 on the CPU, [T], as a
+// PackedSequence holds it: non-increasing, batch_sizes[0] = B), input is
+// packed: [N, F] with N = sum(batch_sizes), step t's rows after step t - 1's,
+// the batch's first batch_sizes[t] sequences; output is packed the same way
+// ([N, D * S]), and h_n, c_n hold each sequence's state after its own last
+// step (for direction 1, after its first). A sequence that has ended drops
+// out of the work: the steps run in segments of a constant batch, each a
+// dense block for the step loops below (sequence.cpp, "Packed batches").
+//
+// The schemas and checks live in sequence.cpp, with what every backend runs
+// around its step loops: the input projection, the directions, the segments
+// of a packed batch, the GEMMs for all steps after the backward's loop, and
+// zero steps. The op kernels below are templates over a backend, which
+// brings the loops: the CPU's (sequence_cpu.cpp) and the paths of CUDA
+// (sequence_cuda.cpp).
+#pragma once
+
+#include "cpp/cell/cell.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/FunctionRef.h>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+namespace lltm::sequence {
+
+// One dense block of steps, as the step loops run it.
+struct Sizes {
+  int64_t steps;
+  int64_t batch;
+  int64_t input_features;
+  int64_t state_size;
+};
+
+// A whole call: its sizes (the batch of its first step), its directions,
+// and, for a packed input, the batch of each step.
+struct Problem {
+  Sizes sizes;
+  int64_t directions = 1;
+  // The arguments carry a direction dimension (weights [D, 3S, S + F]).
+  bool stacked = false;
+  // A packed input: batch_sizes' values ([steps]), else empty.
+  std::vector<int64_t> batch_sizes;
+  bool packed = false;
+};
+
+// (output, h_n, c_n)
+using Result = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+// (output, h_n, c_n, cells, gates)
+using ForwardResult =
+    std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// (d_input, d_weights, d_bias, d_h0, d_c0), each undefined unless its
+// output_mask entry is set; d_bias is [3 * state_size] ([D, 3 *
+// state_size] with a direction dimension).
+using BackwardResult = CellBackwardResult;
+
+// The signatures of the ops' kernels; the schemas (sequence.cpp) name the
+// arguments, and ops.h calls the ops with them.
+using Signature = Result(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& h0,
+    const at::Tensor& c0,
+    const std::optional<at::Tensor>& batch_sizes);
+using ForwardSignature = Extend<ForwardResult, Signature>::type;
+using BackwardSignature = BackwardResult(
+    const std::optional<at::Tensor>& grad_output,
+    const std::optional<at::Tensor>& grad_h_n,
+    const std::optional<at::Tensor>& grad_c_n,
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& h0,
+    const at::Tensor& output,
+    const at::Tensor& cells,
+    const at::Tensor& gates,
+    const std::optional<at::Tensor>& batch_sizes,
+    OutputMask output_mask);
+
+// The buffers of one dense block of steps, with the input projection input
+// W_x^T (no bias) already in gates: output [T, B, S], h_n and c_n [B, S],
+// cells [T, B, S] (undefined unless saved), gates [T, B, 3S].
+struct ForwardBuffers {
+  at::Tensor output;
+  at::Tensor h_n;
+  at::Tensor c_n;
+  at::Tensor cells;
+  at::Tensor gates;
+};
+
+// W_h^T ([S, 3S]) and W_h ([3S, S]) copied dense, for the loops whose
+// GEMMs read them so: made once per direction where a packed batch runs
+// its blocks one after another (packed_w_h_t, packed_w_h).
+struct PackedWeights {
+  at::Tensor w_h_t;
+  at::Tensor w_h;
+  // A backend's own layouts of W_h, at the backend's own indices (the
+  // CPU's: oneDNN's two, the fused steps' two), kept the same way.
+  std::array<at::Tensor, 4> layouts;
+};
+
+// What the forward's loops read besides the sizes and the buffers.
+struct ForwardInputs {
+  const at::Tensor& weights;
+  const at::Tensor& bias;
+  const at::Tensor& h0;
+  const at::Tensor& c0;
+  PackedWeights* packed = nullptr;
+};
+
+// What the backward's loops read; cells and gates are dense.
+struct BackwardInputs {
+  const std::optional<at::Tensor>& grad_output;
+  const std::optional<at::Tensor>& grad_h_n;
+  const std::optional<at::Tensor>& grad_c_n;
+  const at::Tensor& weights;
+  const at::Tensor& cells;
+  const at::Tensor& gates;
+  PackedWeights* packed = nullptr;
+};
+
+// What `slot` holds, else `make()`, kept in `slot` where there is one (a
+// PackedWeights' slot, or nullptr).
+template <typename Make>
+at::Tensor kept(at::Tensor* slot, Make make) {
+  if (slot != nullptr && slot->defined()) {
+    return *slot;
+  }
+  at::Tensor made = make();
+  if (slot != nullptr) {
+    *slot = made;
+  }
+  return made;
+}
+
+// W_h^T and W_h of weights, dense: from `packed` where it has them, else
+// made (and kept there, where given).
+at::Tensor packed_w_h_t(
+    const at::Tensor& weights,
+    int64_t state_size,
+    PackedWeights* packed);
+at::Tensor packed_w_h(
+    const at::Tensor& weights,
+    int64_t state_size,
+    PackedWeights* packed);
+
+// Validate the arguments of lltm::sequence and lltm::sequence_forward (`op`
+// names the op in the message), and of lltm::sequence_backward, and return
+// the problem.
+Problem check_forward_args(
+    const at::Tensor& input,
+    const ForwardInputs& inputs,
+    const std::optional<at::Tensor>& batch_sizes,
+    const char* op);
+Problem check_backward_args(
+    const at::Tensor& input,
+    const at::Tensor& h0,
+    const at::Tensor& output,
+    const BackwardInputs& inputs,
+    const std::optional<at::Tensor>& batch_sizes);
+
+// What a backward loop returns besides d_gates: d_c0 = dc_{-1}, and d_h0
+// when the loop computes it itself (else the caller does).
+struct StateGrads {
+  at::Tensor d_c0;
+  std::optional<at::Tensor> d_h0;
+};
+
+// A way to run one dense block of steps (T > 0). The forward runs every
+// step over buffers whose gates hold the input projection; without saving
+// (cells undefined), c_t goes to c_n and gates may keep the pre-activations.
+// The backward runs the reverse loop and writes d_gates ([T, B, 3S]); it
+// returns d_c0, and d_h0 too where output_mask[3] asks and it can.
+struct StepLoops {
+  void (*forward)(const Sizes&, const ForwardInputs&, ForwardBuffers&);
+  StateGrads (*backward)(
+      const Sizes&,
+      const BackwardInputs&,
+      const OutputMask& output_mask,
+      at::Tensor& d_gates);
+  // The path's name, as LLTM_SEQUENCE_PATH names it.
+  const char* name;
+};
+
+// The op's own buffers, which Engine::scratch may keep between calls.
+enum class Scratch { kGates, kCells, kOutput, kDGates };
+constexpr size_t kScratchSlots = 4;
+
+// What a backend brings to the ops besides its step loops.
+struct Engine {
+  // The loops of one dense block (the block's sizes, the dtype, which
+  // direction of autograd, the op for messages).
+  // save: the forward saves for a backward (else an inference forward).
+  const StepLoops& (*loops)(
+      const Sizes&,
+      at::ScalarType,
+      bool backward,
+      bool save,
+      const char* op);
+  // Runs body(d) for each direction d < directions, at once where the
+  // backend can (CUDA: a second stream; the CPU: a thread each, where that
+  // pays at these sizes), and returns once all have run.
+  void (*for_each_direction)(
+      const Sizes& sizes,
+      int64_t directions,
+      c10::function_ref<void(int64_t)> body);
+  // The fewest steps of a packed batch's segment that ends where a
+  // sequence ends before its last step (1: a segment wherever the batch
+  // shrinks).
+  int64_t (*min_segment_steps)(int64_t steps);
+  // The row indices of a packed batch, from the host, on `device`.
+  at::Tensor (*indices)(std::vector<int64_t>&& values, c10::Device device);
+  // A buffer that never leaves the op (at most one in use per Scratch and
+  // thread): where a fresh allocation costs more than its use (the CPU's
+  // page faults), one the backend keeps from call to call.
+  at::Tensor (*scratch)(
+      Scratch slot,
+      at::IntArrayRef sizes,
+      const at::TensorOptions& options);
+};
+
+// Microseconds that `loops` takes over a block of `sizes` of made-up
+// values (not from torch's generator) on `device`, the op's work around the
+// loops included: the best of three runs after a warm-up. How an engine's
+// loops measure their candidates (path_choice.h).
+double time_loops(
+    const Engine& engine,
+    const StepLoops& loops,
+    const Sizes& sizes,
+    at::ScalarType dtype,
+    c10::Device device,
+    bool backward,
+    bool save);
+
+// The ops on a backend.
+ForwardResult run_forward(
+    const Problem& problem,
+    const at::Tensor& input,
+    const ForwardInputs& inputs,
+    const Engine& engine,
+    bool save,
+    const char* op);
+BackwardResult run_backward(
+    const Problem& problem,
+    const at::Tensor& input,
+    const at::Tensor& h0,
+    const at::Tensor& output,
+    const BackwardInputs& inputs,
+    const OutputMask& output_mask,
+    const Engine& engine);
+
+// The kernels of the three ops on a backend: a struct with a Guard,
+// constructed from the inputs' device (a device guard, or
+// lltm::backend::NoGuard), and a static `engine()` (Engine above).
+
+// lltm::sequence (kSave false) and lltm::sequence_forward (kSave true).
+template <typename Backend, bool kSave>
+std::conditional_t<kSave, ForwardResult, Result> sequence_forward_kernel(
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& bias,
+    const at::Tensor& h0,
+    const at::Tensor& c0,
+    const std::optional<at::Tensor>& batch_sizes) {
+  constexpr const char* op =
+      kSave ? "lltm::sequence_forward" : "lltm::sequence";
+  const ForwardInputs inputs{weights, bias, h0, c0};
+  const Problem problem = check_forward_args(input, inputs, batch_sizes, op);
+  const typename Backend::Guard guard(input.device());
+  auto [output, h_n, c_n, cells, gates] =
+      run_forward(problem, input, inputs, Backend::engine(), kSave, op);
+  if constexpr (kSave) {
+    return {output, h_n, c_n, cells, gates};
+  } else {
+    return {output, h_n, c_n};
+  }
+}
+
+template <typename Backend>
+BackwardResult sequence_backward_kernel(
+    const std::optional<at::Tensor>& grad_output,
+    const std::optional<at::Tensor>& grad_h_n,
+    const std::optional<at::Tensor>& grad_c_n,
+    const at::Tensor& input,
+    const at::Tensor& weights,
+    const at::Tensor& h0,
+    const at::Tensor& output,
+    const at::Tensor& cells,
+    const at::Tensor& gates,
+    const std::optional<at::Tensor>& batch_sizes,
+    OutputMask mask) {
+  const BackwardInputs inputs{
+      grad_output, grad_h_n, grad_c_n, weights, cells, gates};
+  const Problem problem =
+      check_backward_args(input, h0, output, inputs, batch_sizes);
+  const typename Backend::Guard guard(input.device());
+  const at::Tensor cells_c = cells.contiguous();
+  const at::Tensor gates_c = gates.contiguous();
+  return run_backward(
+      problem,
+      input,
+      h0,
+      output,
+      {grad_output, grad_h_n, grad_c_n, weights, cells_c, gates_c},
+      mask,
+      Backend::engine());
+}
+
+} // namespace lltm::sequence

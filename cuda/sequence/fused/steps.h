@@ -1,0 +1,542 @@
+// What the two flavors of the fused steps share: lltm_step.cu (the GEMM on
+// CUDA cores, every type) and lltm_step_mma.cu (on tensor cores, float16 and
+// bfloat16). The arguments of one step and how a sequence's give them, the
+// loop over chunks of k, the two epilogues (the cell's math of one (row,
+// column) once its sum over k is known), and the tensor-core launchers,
+// which lltm_step.cu's launchers call where they can run.
+#pragma once
+
+#include "cuda/common/device.h"
+#include "cuda/sequence/sequence.h"
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace lltm::cuda::detail {
+
+// Step t of the forward.
+template <typename T>
+struct StepForwardArgs {
+  const T* h; // h_{t-1}: [batch, state], dense
+  const T* w; // W_h, as in SequenceForwardArgs
+  int64_t ld_w;
+  // [batch, 3 * state], dense: P_t on entry; the activations [i | o | g]
+  // on exit when `save`, else unchanged.
+  T* z;
+  const T* bias; // [3 * state]
+  const T* c; // c_{t-1}: [batch, state], dense; may equal c_out
+  T* h_out; // h_t: [batch, state], dense
+  T* c_out; // c_t: [batch, state], dense
+  T* h_n; // a second copy of h_t (the last step), or nullptr
+  T* c_n; // of c_t, with h_n
+  bool save;
+  int64_t batch;
+  int64_t state;
+};
+
+template <typename T>
+__host__ __device__ __forceinline__ StepForwardArgs<T> step_of(
+    const FusedForwardArgs<T>& a,
+    int64_t t) {
+  const int64_t BS = a.batch * a.state;
+  const int64_t cell_step = a.save ? BS : 0; // else c_n, written over
+  const bool last = t == a.steps - 1;
+  StepForwardArgs<T> s{};
+  s.h = t == 0 ? a.h0 : a.output + (t - 1) * BS;
+  s.w = a.w;
+  s.ld_w = a.ld_w;
+  s.z = a.gates + t * 3 * BS;
+  s.bias = a.bias;
+  s.c = t == 0 ? a.c0 : a.cells + (t - 1) * cell_step;
+  s.h_out = a.output + t * BS;
+  s.c_out = a.cells + t * cell_step;
+  s.h_n = last ? a.h_n : nullptr;
+  s.c_n = last && a.save ? a.c_n : nullptr;
+  s.save = a.save;
+  s.batch = a.batch;
+  s.state = a.state;
+  return s;
+}
+
+// Step t of the backward. dc, the running cell gradient, is in the
+// workspace, updated in place.
+template <typename T>
+struct StepBackwardArgs {
+  Strided<T> grad_h; // grad_output[t], or none
+  // dZ_{t+1}: [batch, 3 * state], dense; nullptr at t = T - 1, where
+  // grad_h_n takes the place of dZ_{t+1} W_h and grad_c_n that of dc_t.
+  const T* dz_next;
+  Strided<T> grad_h_n;
+  Strided<T> grad_c_n;
+  const T* w; // W_h, as in SequenceForwardArgs
+  int64_t ld_w;
+  const T* cell; // c_t: [batch, state], dense
+  const T* gates; // the activations of step t: [batch, 3 * state], dense
+  T* dz; // dZ_t: [batch, 3 * state], dense
+  T* d_c0; // dc_{t-1} once more (t = 0), or nullptr
+  int64_t batch;
+  int64_t state;
+};
+
+template <typename T>
+__host__ __device__ __forceinline__ StepBackwardArgs<T> step_of(
+    const FusedBackwardArgs<T>& a,
+    int64_t t) {
+  const int64_t BS = a.batch * a.state;
+  const Strided3<T>& g = a.grad_output;
+  StepBackwardArgs<T> s{};
+  s.grad_h = {
+      g.data == nullptr ? nullptr : g.data + t * g.step_stride,
+      g.row_stride,
+      g.col_stride};
+  s.dz_next = t == a.steps - 1 ? nullptr : a.d_gates + (t + 1) * 3 * BS;
+  s.grad_h_n = a.grad_h_n;
+  s.grad_c_n = a.grad_c_n;
+  s.w = a.w;
+  s.ld_w = a.ld_w;
+  s.cell = a.cells + t * BS;
+  s.gates = a.gates + t * 3 * BS;
+  s.dz = a.d_gates + t * 3 * BS;
+  s.d_c0 = t == 0 ? a.d_c0 : nullptr;
+  s.batch = a.batch;
+  s.state = a.state;
+  return s;
+}
+
+// One launch per step: launch(step_of(a, t)) for t from the first step of
+// the direction to the last (the forward from 0, the backward from T - 1),
+// up to the first error.
+template <typename Args, typename Launch>
+cudaError_t each_step(const Args& a, bool backward, Launch&& launch) {
+  for (int64_t i = 0; i < a.steps; ++i) {
+    const int64_t t = backward ? a.steps - 1 - i : i;
+    if (const cudaError_t status = launch(step_of(a, t));
+        status != cudaSuccess) {
+      return status;
+    }
+  }
+  return cudaSuccess;
+}
+
+// Where every step's grid fits on the GPU at once, one cooperative launch
+// per direction runs them all instead: no launch and no host time per step.
+// Each (row, column) of a step's epilogue stays with the same thread from
+// step to step, so c and dc are still read and written by one thread; what
+// other blocks wrote (h_{t-1}, dZ_{t+1}) is read with load_shared.
+//
+// Between steps a block waits only for the blocks of its own row tile
+// (blockIdx.x): batch rows are independent recurrences, and a step reads
+// the rows of h_{t-1} (or dZ_{t+1}) that those blocks wrote, whole. Each
+// block counts its arrival on its row tile's counter (release) and waits
+// for the count of the step (acquire). A grid barrier made every block
+// wait for the slowest of the grid, through one counter that all of them
+// increment: at T = 512 on the H200 the row barrier took float32's held
+// steps at 512,256,32,128 from 11.1 to 10.2 µs a step.
+//
+// The counters, one per row tile of the smallest tile (kArrivalRows rows),
+// are the caller's workspace (arrivals_size); the kernel clears them.
+constexpr int64_t kArrivalRows = 16;
+
+inline size_t arrivals_size(int64_t batch) {
+  return static_cast<size_t>((batch + kArrivalRows - 1) / kArrivalRows) *
+      sizeof(unsigned);
+}
+
+__device__ __forceinline__ void arrive(unsigned* count) {
+  __syncthreads(); // every thread's stores of the step are made
+  if (threadIdx.x == 0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count)
+                 : "memory");
+#endif
+  }
+}
+
+__device__ __forceinline__ void wait_for(const unsigned* count, unsigned n) {
+  if (threadIdx.x == 0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    unsigned seen = 0;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                   : "=r"(seen)
+                   : "l"(count)
+                   : "memory");
+    } while (seen < n);
+#endif
+  }
+  __syncthreads();
+}
+
+// Block (x, 0) clears row tile x's counter, and one grid barrier, before
+// the first step, orders that before any arrival.
+__device__ __forceinline__ void clear_arrivals(unsigned* arrivals) {
+  if (blockIdx.y == 0 && threadIdx.x == 0) {
+    arrivals[blockIdx.x] = 0;
+  }
+  cooperative_groups::this_grid().sync();
+}
+
+// The barrier before step i (i > 0) of a launch.
+__device__ __forceinline__ void wait_for_step(
+    const unsigned* arrivals,
+    int64_t i) {
+  wait_for(arrivals + blockIdx.x, static_cast<unsigned>(i) * gridDim.y);
+}
+
+// Whether the blocks of a cooperative launch can count the arrivals of
+// `steps` steps of `grid` in 32 bits.
+inline bool counts_fit(int64_t steps, dim3 grid) {
+  return steps * grid.y <= int64_t(UINT32_MAX);
+}
+
+// The grid of a tile P (P::BM rows by P::BN state columns per block), and
+// whether it has a block for every multiprocessor.
+template <typename P>
+dim3 grid_of(int64_t batch, int64_t state) {
+  return dim3(
+      static_cast<unsigned int>((batch + P::BM - 1) / P::BM),
+      static_cast<unsigned int>((state + P::BN - 1) / P::BN));
+}
+
+template <typename P>
+bool fills(int64_t batch, int64_t state, int64_t sms) {
+  const dim3 g = grid_of<P>(batch, state);
+  return int64_t(g.x) * g.y >= sms;
+}
+
+// Whether a grid of `blocks` blocks of Kernel (of `threads` threads) can be
+// resident at once on this device, for a cooperative launch. The occupancy
+// is asked once per kernel and device: kernels of the same tile differ in
+// their registers, so each keeps its own answer.
+template <auto Kernel>
+bool resident(int threads, int64_t blocks, const DeviceLimits& limits) {
+  if (!limits.cooperative) {
+    return false;
+  }
+  static std::array<std::atomic<int>, 64> per_sm{}; // + 1, 0: not asked yet
+  std::atomic<int>& slot = per_sm[device_slot(limits.device)];
+  int known = slot.load(std::memory_order_acquire);
+  if (known == 0) {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kernel, threads, 0) !=
+        cudaSuccess) {
+      (void)cudaGetLastError(); // not sticky: the steps run one per launch
+      return false;
+    }
+    known = n + 1;
+    slot.store(known, std::memory_order_release);
+  }
+  return int64_t(known - 1) * limits.multiprocessors >= blocks;
+}
+
+// Every step of a direction (the backward's when `backward`), on tile P's
+// grid: Fused(a, extra..., arrivals) in one cooperative launch where the
+// grid can be resident at once (and Fused is not nullptr, and there are
+// counters), else Step(step_of(a, t), extra...) once per step.
+template <auto Fused, auto Step, typename P, typename Args, typename... Extra>
+cudaError_t run_steps(
+    const Args& a,
+    bool backward,
+    unsigned* arrivals,
+    const DeviceLimits& limits,
+    cudaStream_t stream,
+    Extra... extra) {
+  const dim3 grid = grid_of<P>(a.batch, a.state);
+  constexpr int threads = P::threads;
+  if constexpr (!std::is_same_v<decltype(Fused), std::nullptr_t>) {
+    if (a.steps > 1 && arrivals != nullptr && counts_fit(a.steps, grid) &&
+        resident<Fused>(threads, int64_t(grid.x) * grid.y, limits)) {
+      Args args = a;
+      void* params[] = {&args, &extra..., &arrivals};
+      const cudaError_t launched = cudaLaunchCooperativeKernel(
+          reinterpret_cast<const void*>(Fused),
+          grid,
+          dim3(threads),
+          params,
+          0,
+          stream);
+      return launched != cudaSuccess ? launched : cudaGetLastError();
+    }
+  }
+  return each_step(a, backward, [&](const auto& step) {
+    Step<<<grid, threads, 0, stream>>>(step, extra...);
+    return cudaGetLastError();
+  });
+}
+
+// The steps of a direction inside Fused: for every step s = step_of(a, t)
+// in order, before(s), the barrier of the block's row tile, and tile(s).
+// before reads nothing that other blocks write during the launch.
+template <typename Args, typename Before, typename Tile>
+__device__ __forceinline__ void every_step(
+    const Args& a,
+    bool backward,
+    unsigned* arrivals,
+    Before&& before,
+    Tile&& tile) {
+  clear_arrivals(arrivals);
+  for (int64_t i = 0; i < a.steps; ++i) {
+    const auto step = step_of(a, backward ? a.steps - 1 - i : i);
+    before(step);
+    if (i > 0) {
+      wait_for_step(arrivals, i);
+    }
+    tile(step);
+    if (i + 1 < a.steps) {
+      arrive(arrivals + blockIdx.x);
+    }
+  }
+}
+
+// A load of what other blocks of this launch wrote before its last grid
+// barrier: past L1, which is not coherent across multiprocessors.
+template <typename T>
+__device__ __forceinline__ T load_shared(const T* p) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __ushort_as_half(__ldcg(reinterpret_cast<const unsigned short*>(p)));
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __ushort_as_bfloat16(
+        __ldcg(reinterpret_cast<const unsigned short*>(p)));
+  } else {
+    return __ldcg(p);
+  }
+}
+
+// Whether this compilation pass has the WMMA fragments of T (float16's from
+// sm_70, bfloat16's from sm_80), as step_mma_runs asks of the device: where
+// it has, the steps of 16-bit types run on tensor cores, and their CUDA-core
+// kernels are never launched. The host pass compiles no kernel body.
+template <typename T>
+__host__ __device__ constexpr bool has_fragments() {
+  if constexpr (
+      !std::is_same_v<T, __half> && !std::is_same_v<T, __nv_bfloat16>) {
+    return false;
+  } else {
+#if defined(__CUDA_ARCH__)
+    return __CUDA_ARCH__ >= (std::is_same_v<T, __nv_bfloat16> ? 800 : 700);
+#else
+    return true;
+#endif
+  }
+}
+
+// The loop over k in [0, K), by chunks of C: group grp of KS takes chunks
+// grp, grp + KS, ..., and every group runs the same number of rounds (a
+// barrier ends each), past the end on zeros. A round stashes the chunk
+// fetched before it, fetches the next (in flight during this chunk's
+// products), and runs multiply(kk) for kk = 0, Step, 2 Step, ... of the
+// chunk. It ends on a barrier: the shared tiles may then be reused.
+template <
+    int KS,
+    int C,
+    int Step,
+    typename Fetch,
+    typename Stash,
+    typename Multiply>
+__device__ __forceinline__ void over_chunks(
+    int K,
+    int grp,
+    Fetch&& fetch,
+    Stash&& stash,
+    Multiply&& multiply) {
+  const int rounds = ((K + C - 1) / C + KS - 1) / KS;
+  fetch(grp * C);
+  for (int round = 0; round < rounds; ++round) {
+    stash();
+    __syncthreads();
+    if (round + 1 < rounds) {
+      fetch(((round + 1) * KS + grp) * C);
+    }
+#pragma unroll 16
+    for (int kk = 0; kk < C; kk += Step) {
+      multiply(kk);
+    }
+    __syncthreads();
+  }
+}
+
+// What the forward's epilogue at row b, state column j reads besides the
+// sums: P_t and the bias of the three gates, and c_{t-1}. No other block
+// writes them, so the cooperative kernels load them before the barrier
+// between steps, and keep them as stored until the epilogue widens them
+// (stored_element in lltm_device.h says why).
+template <typename T>
+struct ForwardEpilogueInputs {
+  T p[3], bias[3], c;
+};
+
+template <typename T>
+__device__ __forceinline__ ForwardEpilogueInputs<T> load_forward_epilogue(
+    const StepForwardArgs<T>& a,
+    int64_t b,
+    int j) {
+  const int S = static_cast<int>(a.state);
+  const T* z = a.z + b * 3 * S;
+  ForwardEpilogueInputs<T> in;
+#pragma unroll
+  for (int g = 0; g < 3; ++g) {
+    in.p[g] = z[g * S + j];
+    in.bias[g] = a.bias[g * S + j];
+  }
+  in.c = a.c[b * S + j];
+  return in;
+}
+
+// The forward's epilogue at row b, state column j < state, from the three
+// gates' sums of h_{t-1} W_h^T: Z = P_t + sum + b, the cell, and its
+// outputs (the activations over P_t when saving).
+template <typename T>
+__device__ __forceinline__ void finish_forward_epilogue(
+    const StepForwardArgs<T>& a,
+    int64_t b,
+    int j,
+    const ForwardEpilogueInputs<T>& in,
+    acc_t<T> sum_i,
+    acc_t<T> sum_o,
+    acc_t<T> sum_c) {
+  using A = acc_t<T>;
+  const int S = static_cast<int>(a.state);
+  T* z = a.z + b * 3 * S;
+  const A zi = sum_i + widen(in.p[0]) + widen(in.bias[0]);
+  const A zo = sum_o + widen(in.p[1]) + widen(in.bias[1]);
+  const A zc = sum_c + widen(in.p[2]) + widen(in.bias[2]);
+  const int64_t at = b * S + j;
+  const CellForward<A> f = cell_forward(zi, zo, zc, widen(in.c));
+  put(a.c_out + at, f.cell);
+  put(a.h_out + at, f.h);
+  if (a.save) {
+    put(z + j, f.i);
+    put(z + S + j, f.o);
+    put(z + 2 * S + j, f.g);
+  }
+  if (a.h_n != nullptr) {
+    put(a.h_n + at, f.h);
+  }
+  if (a.c_n != nullptr) {
+    put(a.c_n + at, f.cell);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void step_forward_epilogue(
+    const StepForwardArgs<T>& a,
+    int64_t b,
+    int j,
+    acc_t<T> sum_i,
+    acc_t<T> sum_o,
+    acc_t<T> sum_c) {
+  finish_forward_epilogue(
+      a, b, j, load_forward_epilogue(a, b, j), sum_i, sum_o, sum_c);
+}
+
+// What the backward's epilogue at row b, state column j reads besides the
+// sum: grad_h (and grad_h_n at t = T - 1), the activations and c_t, as
+// stored (as the forward's), and the running cell gradient. None of it
+// comes from another block.
+template <typename T>
+struct BackwardEpilogueInputs {
+  T grad_h, grad_h_n, i, o, g, cell;
+  acc_t<T> gc;
+};
+
+template <typename T>
+__device__ __forceinline__ BackwardEpilogueInputs<T> load_backward_epilogue(
+    const StepBackwardArgs<T>& a,
+    const acc_t<T>* dc,
+    int64_t b,
+    int j) {
+  const int S = static_cast<int>(a.state);
+  const bool recurrent = a.dz_next != nullptr;
+  const int64_t at = b * S + j;
+  const T* act = a.gates + b * 3 * S;
+  BackwardEpilogueInputs<T> in;
+  in.grad_h = stored_element(a.grad_h, b, j);
+  in.grad_h_n = recurrent ? zero_bits<T>() : stored_element(a.grad_h_n, b, j);
+  in.gc = recurrent ? dc[at] : load_element(a.grad_c_n, b, j);
+  in.i = act[j];
+  in.o = act[S + j];
+  in.g = act[2 * S + j];
+  in.cell = a.cell[at];
+  return in;
+}
+
+// The backward's epilogue at row b, state column j < state, from the sum of
+// dZ_{t+1} W_h (unused at t = T - 1, where there is no dZ_{t+1}): dZ_t, and
+// dc updated in place.
+template <typename T>
+__device__ __forceinline__ void finish_backward_epilogue(
+    const StepBackwardArgs<T>& a,
+    acc_t<T>* dc,
+    int64_t b,
+    int j,
+    const BackwardEpilogueInputs<T>& in,
+    acc_t<T> sum) {
+  using A = acc_t<T>;
+  const int S = static_cast<int>(a.state);
+  const bool recurrent = a.dz_next != nullptr;
+  const int64_t at = b * S + j;
+  const A gh = widen(in.grad_h) + (recurrent ? sum : widen(in.grad_h_n));
+  const CellBackward<A> d = cell_backward(
+      widen(in.i), widen(in.o), widen(in.g), tanh_(widen(in.cell)), gh, in.gc);
+  T* dz = a.dz + b * 3 * S;
+  put(dz + j, d.dz_i);
+  put(dz + S + j, d.dz_o);
+  put(dz + 2 * S + j, d.dz_c);
+  dc[at] = d.d_cell;
+  if (a.d_c0 != nullptr) {
+    put(a.d_c0 + at, d.d_cell);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void step_backward_epilogue(
+    const StepBackwardArgs<T>& a,
+    acc_t<T>* dc,
+    int64_t b,
+    int j,
+    acc_t<T> sum) {
+  finish_backward_epilogue(
+      a, dc, b, j, load_backward_epilogue(a, dc, b, j), sum);
+}
+
+// Whether the steps of T run on this device's tensor cores
+// (lltm_step_mma.cu): float16 from sm_70, bfloat16 from sm_80.
+template <typename T>
+bool step_mma_runs(const DeviceLimits& limits) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return limits.capability >= 70;
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return limits.capability >= 80;
+  } else {
+    return false;
+  }
+}
+
+// The launches there, for __half and __nv_bfloat16, of a whole sequence:
+// one cooperative launch per direction where every step's tiles fit on the
+// GPU at once, else one launch per step.
+// `arrivals`: the counters of the cooperative launch's barriers
+// (arrivals_size), or nullptr for a launch per step.
+template <typename T>
+cudaError_t launch_fused_forward_mma(
+    const FusedForwardArgs<T>& a,
+    unsigned* arrivals,
+    const DeviceLimits& limits,
+    cudaStream_t stream);
+
+template <typename T>
+cudaError_t launch_fused_backward_mma(
+    const FusedBackwardArgs<T>& a,
+    acc_t<T>* dc,
+    unsigned* arrivals,
+    const DeviceLimits& limits,
+    cudaStream_t stream);
+
+} // namespace lltm::cuda::detail
