@@ -1,13 +1,14 @@
 // LLTM on CUDA: the kernels of every lltm op for the CUDA dispatch key, a
 // C++ layer over the kernel library in cuda/ (which states the math).
 //
-// Each op is cuBLAS GEMMs through ATen around one fused pointwise kernel,
-// except for small problems (cuda::use_small_path), where the GEMMs run in
-// lltm's own kernels: the forward is then one kernel, and the backward's
-// GEMMs one more (cuda/lltm_small.cu says why). In float32, up to
-// cuda::use_tiled_path's size, the forward is one kernel too: a tiled GEMM
-// with the cell in its epilogue (cuda/lltm_step.cu); its backward is cuBLAS's
-// (cell_path says how a path is picked):
+// Each op runs on one of three paths (cell_path says how one is picked):
+// cuBLAS GEMMs through ATen around one fused pointwise kernel; small, where
+// the GEMMs run in lltm's own kernels, the forward in one kernel and the
+// backward's GEMMs in one more (cuda/cell/small.cu says why); tiled, in
+// float32, the forward in one kernel, a tiled GEMM with the cell in its
+// epilogue (cuda/cell/tiled.cu), and the backward's GEMMs on cuBLAS. A range
+// in torch.profiler names the path (lltm::cell_path::small, and
+// lltm::cell_backward_path:: for the backward's GEMMs):
 //
 //   cell           Z = old_h W_h^T + input W_x^T (2 GEMMs), pointwise:
 //                  3 launches
@@ -24,6 +25,7 @@
 // and launches on the current stream of the inputs' device.
 #include "cpp/cell/backend.h"
 #include "cpp/cell/cell.h"
+#include "cpp/ops/path_range.h"
 
 #include "cpp/cell/cuda_tensors.h"
 #include "cuda/cell/cell.h"
@@ -41,6 +43,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -123,23 +126,40 @@ void pointwise_forward(const ForwardTensors& t) {
 // (small, in float32 tiled for the forward), or cuBLAS through ATen around
 // the pointwise kernels.
 enum class Path { kSmall, kTiled, kCublas };
+constexpr std::array<const char*, 3> kPathNames{"small", "tiled", "cublas"};
+
+// Auto's rules: the small kernels while each GEMM is at most kSmallMostMacs
+// multiply-adds and a thread's loops are short (kSmallMostBatch terms for
+// d_weights, kSmallMostGates for d_old_h and d_input); the tiled forward in
+// float32 up to kTiledMostMacs, beyond which cuBLAS's larger tiles win back
+// more GPU time than its host time costs; cuBLAS beyond
+// (docs/performance.md, "The cell's CUDA paths").
+constexpr int64_t kSmallMostMacs = int64_t(1) << 22;
+constexpr int64_t kSmallMostBatch = 256;
+constexpr int64_t kSmallMostGates = 1536;
+constexpr int64_t kTiledMostMacs = int64_t(1) << 28;
+
+Path auto_path(const Sizes& sizes, at::ScalarType dtype) {
+  const int64_t B = sizes.batch;
+  const int64_t S = sizes.state_size;
+  if (B == 0 || S == 0) {
+    return Path::kCublas; // ATen's ops make an empty problem's outputs
+  }
+  const int64_t macs = B * 3 * S * (S + sizes.input_features);
+  if (B <= kSmallMostBatch && 3 * S <= kSmallMostGates &&
+      macs <= kSmallMostMacs) {
+    return Path::kSmall;
+  }
+  return dtype == at::kFloat && macs <= kTiledMostMacs ? Path::kTiled
+                                                       : Path::kCublas;
+}
 
 // LLTM_CELL_PATH (auto, small, tiled or cublas; read at each call) forces
-// one, for tests and benchmarks; auto goes by size: the small kernels while
-// the GEMMs are a few million multiply-adds, the tiled forward in float32
-// up to cuda::use_tiled_path's bound, cuBLAS beyond (docs/performance.md has
-// the measurements). The backward of the tiled path runs on cuBLAS.
+// one, for tests and benchmarks; auto goes by size (auto_path).
 Path cell_path(const Sizes& sizes, at::ScalarType dtype) {
   const char* value = std::getenv("LLTM_CELL_PATH");
-  const int64_t B = sizes.batch;
-  const int64_t F = sizes.input_features;
-  const int64_t S = sizes.state_size;
   if (value == nullptr || *value == '\0' || std::strcmp(value, "auto") == 0) {
-    if (cuda::use_small_path(B, F, S)) {
-      return Path::kSmall;
-    }
-    return dtype == at::kFloat && cuda::use_tiled_path(B, F, S) ? Path::kTiled
-                                                                : Path::kCublas;
+    return auto_path(sizes, dtype);
   }
   if (std::strcmp(value, "small") == 0) {
     return Path::kSmall;
@@ -157,6 +177,13 @@ Path cell_path(const Sizes& sizes, at::ScalarType dtype) {
       "LLTM_CELL_PATH=tiled: the tiled kernels take float32, not ",
       dtype);
   return Path::kTiled;
+}
+
+// The range that names a cell op's path.
+PathRange path_range(Path path, bool backward) {
+  return PathRange(
+      backward ? "lltm::cell_backward_path::" : "lltm::cell_path::",
+      [&] { return std::string(kPathNames[static_cast<size_t>(path)]); });
 }
 
 template <typename T>
@@ -212,7 +239,11 @@ void Cuda::gemms_backward(
   const int64_t B = d_gates.size(0);
   const int64_t S = d_gates.size(1) / 3;
   const int64_t F = weights.size(1) - S;
-  if (cell_path({B, F, S}, d_gates.scalar_type()) != Path::kSmall) {
+  const bool small =
+      cell_path({B, F, S}, d_gates.scalar_type()) == Path::kSmall;
+  const PathRange range =
+      path_range(small ? Path::kSmall : Path::kCublas, /*backward=*/true);
+  if (!small) {
     backward_gemms(d_gates, X, weights, mask, result);
     return;
   }
@@ -310,8 +341,9 @@ CellResult Cuda::run(
   const auto options = old_cell.options();
   at::Tensor new_h = at::empty({B, S}, options);
   at::Tensor new_cell = at::empty({B, S}, options);
-  if (const Path path = cell_path(sizes, old_cell.scalar_type());
-      path != Path::kCublas) {
+  const Path path = cell_path(sizes, old_cell.scalar_type());
+  const PathRange range = path_range(path, /*backward=*/false);
+  if (path != Path::kCublas) {
     const at::Tensor none;
     own_forward(
         path,
@@ -343,8 +375,9 @@ CellForwardResult Cuda::run(
   at::Tensor new_cell = at::empty({B, S}, options);
   const ForwardTensors t{gates, bias, old_cell, new_h, new_cell, &gates};
   std::optional<at::Tensor> X;
-  if (const Path path = cell_path(sizes, old_cell.scalar_type());
-      path != Path::kCublas) {
+  const Path path = cell_path(sizes, old_cell.scalar_type());
+  const PathRange range = path_range(path, /*backward=*/false);
+  if (path != Path::kCublas) {
     if (save_X) {
       X = at::empty({B, S + sizes.input_features}, options);
     }
@@ -368,6 +401,7 @@ ForwardResult Cuda::run(
   const int64_t S = sizes.state_size;
   const auto options = old_cell.options();
   const Path path = cell_path(sizes, old_cell.scalar_type());
+  const PathRange range = path_range(path, /*backward=*/false);
   const bool own = path != Path::kCublas;
   at::Tensor X = own ? at::empty({B, S + sizes.input_features}, options)
                      : at::cat({old_h, input}, /*dim=*/1);

@@ -8,8 +8,10 @@
 #include "cpp/cell/cell.h"
 #include "cpp/ops/ops.h"
 #include "cpp/sequence/choice.h"
+#include "cpp/sequence/path.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/util/TypeTraits.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -118,7 +120,58 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m, py::mod_gil_not_used()) {
       "supported_dtypes",
       [] { return lltm::supported_dtypes().vec(); },
       "The dtypes the kernels are built for.");
-  // The sequence paths' choices (cpp/path_choice.h), for lltm.tuning.
+  // The sequence paths (cpp/sequence/path.h) and their choices
+  // (cpp/sequence/choice.h), for lltm.paths and lltm.tuning.
+  m.def(
+      "_sequence_paths",
+      [](const at::Device& device) {
+        std::vector<std::string> names;
+        for (const auto* path : lltm::sequence::paths(device.type())) {
+          names.emplace_back(path->name);
+        }
+        return names;
+      },
+      "The sequence paths of a device's type, by rank (none where lltm has "
+      "no kernels for it).",
+      py::arg("device"));
+  m.def(
+      "_sequence_plan",
+      [](const std::string& path,
+         const at::Device& device,
+         at::ScalarType dtype,
+         int64_t steps,
+         int64_t batch,
+         int64_t input_features,
+         int64_t state_size,
+         bool backward,
+         bool save) {
+        const auto* engine = lltm::sequence::engine(device.type());
+        TORCH_CHECK_VALUE(
+            engine != nullptr,
+            "lltm.paths.plan: lltm has no sequence kernels for ",
+            device.str());
+        const c10::DeviceGuard guard(device);
+        std::string why_not;
+        const auto plan = lltm::sequence::choice::plan_for(
+            *engine,
+            path,
+            {{steps, batch, input_features, state_size}, dtype, backward, save},
+            &why_not);
+        return plan ? std::make_pair(std::optional(plan->name()), why_not)
+                    : std::make_pair(std::optional<std::string>(), why_not);
+      },
+      "The plan that runs a block of steps on `path` (\"auto\": the "
+      "choice's): (its name, \"\"), or (None, why not).",
+      py::arg("path"),
+      py::arg("device"),
+      py::arg("dtype"),
+      py::arg("steps"),
+      py::arg("batch"),
+      py::arg("input_features"),
+      py::arg("state_size"),
+      py::arg("backward"),
+      py::arg("save"),
+      py::call_guard<py::gil_scoped_release>());
   m.def(
       "_path_choices",
       [] {
@@ -127,13 +180,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m, py::mod_gil_not_used()) {
           py::dict entry;
           entry["key"] = key;
           entry["path"] = choice.path;
+          entry["plan"] = choice.plan;
           entry["source"] = choice.source;
           entry["times_us"] = choice.times;
           out.push_back(std::move(entry));
         }
         return out;
       },
-      "The sequence paths chosen so far: key, path, source, times_us.");
+      "The sequence paths chosen so far: key, path, plan, source, times_us.");
   m.def(
       "_load_path_choices",
       &lltm::sequence::choice::load,

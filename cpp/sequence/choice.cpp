@@ -1,21 +1,23 @@
-// The choice of a sequence path (path_choice.h states the rules).
+// The choice of a path and its plan for each block (choice.h states the
+// rules).
 #include "cpp/sequence/choice.h"
 
+#include <ATen/ops/arange.h>
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
+#include <c10/util/irange.h>
 
 #include <algorithm>
-#include <array>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <unordered_map>
 
 namespace lltm::sequence::choice {
 namespace {
-
-// Every path of every device: a name that no device has is a typo.
-constexpr std::array<const char*, 6>
-    kPaths{"steps", "onednn", "fused", "persistent", "cluster", "auto"};
 
 // Blocks of up to this many steps are timed as they are; longer ones share
 // a choice per power of two, extrapolated from this many steps and a
@@ -31,6 +33,65 @@ int64_t power_of_two_at_least(int64_t n) {
   return p;
 }
 
+// A kind of block, as a string: "cpu|Float|inference|threads=2|T=64|B=16|
+// F=32|S=128" (the disk cache's key, lltm/tuning.py).
+std::string key_of(const Engine& engine, const Block& block) {
+  Sizes sizes = block.sizes;
+  std::string threads;
+  if (engine.measures) {
+    if (sizes.steps > kStepsTimed) {
+      sizes.steps = power_of_two_at_least(sizes.steps);
+    }
+    sizes.batch = power_of_two_at_least(sizes.batch);
+    threads = "|threads=" + std::to_string(engine.threads());
+  }
+  const char* mode =
+      block.backward ? "backward" : (block.save ? "forward" : "inference");
+  return std::string(c10::DeviceTypeName(engine.device, /*lower_case=*/true)) +
+      "|" + c10::toString(block.dtype) + "|" + mode + threads +
+      "|T=" + std::to_string(sizes.steps) +
+      "|B=" + std::to_string(sizes.batch) +
+      "|F=" + std::to_string(sizes.input_features) +
+      "|S=" + std::to_string(sizes.state_size);
+}
+
+std::string path_names(c10::DeviceType device) {
+  std::string names;
+  for (const Path* path : paths(device)) {
+    names += (names.empty() ? "" : ", ") + std::string(path->name);
+  }
+  return names;
+}
+
+// LLTM_SEQUENCE_PATH's path for `device`, or nullptr for unset or auto; a
+// value that names no path of the device raises, naming the ones it has.
+const Path* requested_path(c10::DeviceType device) {
+  const char* value = std::getenv("LLTM_SEQUENCE_PATH");
+  if (value == nullptr || *value == '\0' || std::strcmp(value, "auto") == 0) {
+    return nullptr;
+  }
+  const Path* path = find_path(device, value);
+  TORCH_CHECK_VALUE(
+      path != nullptr,
+      "LLTM_SEQUENCE_PATH=",
+      std::string(value),
+      ": expected auto or a sequence path of the ",
+      c10::DeviceTypeName(device),
+      ": ",
+      path_names(device),
+      " (unset is auto)");
+  return path;
+}
+
+std::string describe(const Block& block) {
+  const auto [T, B, F, S] = block.sizes;
+  return std::string(block.backward ? "a backward" : "a forward") +
+      " of steps = " + std::to_string(T) + ", batch = " + std::to_string(B) +
+      ", input_features = " + std::to_string(F) +
+      ", state_size = " + std::to_string(S) + " in " +
+      std::string(c10::getDtypeNames(block.dtype).first);
+}
+
 struct Table {
   std::mutex mutex;
   std::unordered_map<std::string, Choice> choices;
@@ -41,64 +102,92 @@ Table& table() {
   return t;
 }
 
-thread_local const StepLoops* forced_loops[2] = {nullptr, nullptr};
+thread_local const Path* forced_paths[2] = {nullptr, nullptr};
+
+// path.plan(), with the plan's path set.
+std::optional<Plan> plan_of(
+    const Path& path,
+    const Block& block,
+    std::string* why_not) {
+  std::optional<Plan> plan = path.plan(block, why_not);
+  if (plan) {
+    plan->path = &path;
+  }
+  return plan;
+}
+
+// The first plan of a path by rank whose window holds: the rules of a
+// device that does not measure.
+Plan by_rule(const Engine& engine, const Block& block) {
+  std::string why_not;
+  for (const Path* path : paths(engine.device)) {
+    if (path->window != nullptr && !path->window(block)) {
+      continue;
+    }
+    if (std::optional<Plan> plan = plan_of(*path, block, &why_not)) {
+      return std::move(*plan);
+    }
+  }
+  TORCH_INTERNAL_ASSERT(
+      false,
+      "no sequence path of the ",
+      engine.device,
+      " runs ",
+      describe(block));
+}
+
+// The fastest of `plans` (one per path that can run the block), measured or
+// by the model, kept for the block's kind.
+Plan measured(
+    const Engine& engine,
+    const Block& block,
+    std::vector<Plan>& plans) {
+  const std::string key = key_of(engine, block);
+  Table& t = table();
+  const std::lock_guard<std::mutex> lock(t.mutex);
+  const auto found = t.choices.find(key);
+  if (found != t.choices.end()) {
+    for (Plan& plan : plans) {
+      if (found->second.path == plan.path->name) {
+        found->second.plan = plan.name();
+        return std::move(plan);
+      }
+    }
+  }
+  Choice choice;
+  std::vector<double> times;
+  if (tuning_enabled()) {
+    choice.source = "measured";
+    for (const Plan& plan : plans) {
+      times.push_back(time_steps(block.sizes.steps, [&](int64_t steps) {
+        Block timed = block;
+        timed.sizes.steps = steps;
+        return time_path(engine, *plan.path, timed);
+      }));
+    }
+  } else {
+    choice.source = "model";
+    for (const Plan& plan : plans) {
+      times.push_back(
+          plan.path->estimate_us != nullptr
+              ? plan.path->estimate_us(block)
+              : std::numeric_limits<double>::infinity());
+    }
+  }
+  size_t best = 0;
+  for (const auto i : c10::irange(plans.size())) {
+    choice.times.emplace_back(plans[i].path->name, times[i]);
+    if (times[i] < times[best]) {
+      best = i;
+    }
+  }
+  choice.path = plans[best].path->name;
+  choice.plan = plans[best].name();
+  t.choices[key] = std::move(choice);
+  return std::move(plans[best]);
+}
 
 } // namespace
-
-std::string Key::str() const {
-  return std::string(c10::DeviceTypeName(device, /*lower_case=*/true)) + "|" +
-      c10::toString(dtype) + "|" +
-      (backward ? "backward" : (save ? "forward" : "inference")) +
-      "|threads=" + std::to_string(threads) +
-      "|T=" + std::to_string(sizes.steps) +
-      "|B=" + std::to_string(sizes.batch) +
-      "|F=" + std::to_string(sizes.input_features) +
-      "|S=" + std::to_string(sizes.state_size);
-}
-
-Key key_of(
-    c10::DeviceType device,
-    at::ScalarType dtype,
-    bool backward,
-    bool save,
-    int64_t threads,
-    const Sizes& sizes) {
-  Sizes bucket = sizes;
-  if (sizes.steps > kStepsTimed) {
-    bucket.steps = power_of_two_at_least(sizes.steps);
-  }
-  bucket.batch = power_of_two_at_least(sizes.batch);
-  return Key{device, dtype, backward, save && !backward, threads, bucket};
-}
-
-double time_steps(int64_t steps, c10::function_ref<double(int64_t)> time) {
-  if (steps <= kStepsTimed) {
-    return time(steps);
-  }
-  constexpr int64_t kFew = kStepsTimed / 4;
-  const double few = time(kFew);
-  const double many = time(kStepsTimed);
-  const double per_step =
-      std::max(0.0, (many - few) / static_cast<double>(kStepsTimed - kFew));
-  return few + per_step * static_cast<double>(steps - kFew);
-}
-
-std::string requested_path() {
-  const char* value = std::getenv("LLTM_SEQUENCE_PATH");
-  if (value == nullptr || *value == '\0' || std::strcmp(value, "auto") == 0) {
-    return "";
-  }
-  const bool known = std::any_of(kPaths.begin(), kPaths.end(), [&](auto p) {
-    return std::strcmp(p, value) == 0;
-  });
-  TORCH_CHECK_VALUE(
-      known,
-      "LLTM_SEQUENCE_PATH=",
-      std::string(value),
-      ": expected auto, steps, onednn or fused (the CPU's), or persistent, "
-      "cluster, fused or steps (CUDA's), or unset, which is auto");
-  return value;
-}
 
 bool tuning_enabled() {
   const char* value = std::getenv("LLTM_TUNING");
@@ -114,61 +203,154 @@ bool tuning_enabled() {
   return value[0] == '1';
 }
 
-const StepLoops& choose(
-    const Key& key,
-    c10::ArrayRef<const StepLoops*> candidates,
-    c10::function_ref<double(const StepLoops&)> measure,
-    c10::function_ref<std::vector<double>()> model) {
-  const auto named = [&](const std::string& name) -> const StepLoops* {
-    if (name.empty()) {
-      return nullptr;
-    }
-    for (const StepLoops* c : candidates) {
-      if (name == c->name) {
-        return c;
-      }
-    }
-    return nullptr;
-  };
-  // A requested path of another device, or one that cannot run these sizes
-  // and type, leaves the block to the usual choice.
-  if (const StepLoops* loops = named(requested_path())) {
-    return *loops;
+Plan plan_block(const Engine& engine, const Block& block, const char* op) {
+  std::string why_not;
+  if (const Path* forced = Forced::get(block.backward)) {
+    std::optional<Plan> plan = plan_of(*forced, block, &why_not);
+    TORCH_INTERNAL_ASSERT(plan, "a measured path cannot run: ", why_not);
+    return std::move(*plan);
   }
-  if (candidates.size() == 1) {
-    return *candidates.front();
+  if (const Path* path = requested_path(engine.device)) {
+    std::optional<Plan> plan = plan_of(*path, block, &why_not);
+    TORCH_CHECK(
+        plan,
+        op,
+        ": LLTM_SEQUENCE_PATH=",
+        path->name,
+        ", but the ",
+        path->name,
+        " path cannot run ",
+        describe(block),
+        " here: ",
+        why_not,
+        ". Unset it, or set it to auto or to another path of the ",
+        c10::DeviceTypeName(engine.device),
+        ": ",
+        path_names(engine.device));
+    return std::move(*plan);
   }
-  const std::string k = key.str();
-  Table& t = table();
-  const std::lock_guard<std::mutex> lock(t.mutex);
-  const auto found = t.choices.find(k);
-  if (found != t.choices.end()) {
-    const StepLoops* loops = named(found->second.path);
-    if (loops != nullptr) {
-      return *loops;
-    }
+  if (!engine.measures) {
+    Plan plan = by_rule(engine, block);
+    Table& t = table();
+    const std::lock_guard<std::mutex> lock(t.mutex);
+    t.choices[key_of(engine, block)] =
+        Choice{plan.path->name, plan.name(), "rules", {}};
+    return plan;
   }
-  Choice choice;
-  std::vector<double> times;
-  if (tuning_enabled()) {
-    choice.source = "measured";
-    for (const StepLoops* c : candidates) {
-      times.push_back(measure(*c));
-    }
-  } else {
-    choice.source = "model";
-    times = model();
-  }
-  size_t best = 0;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    choice.times.emplace_back(candidates[i]->name, times[i]);
-    if (times[i] < times[best]) {
-      best = i;
+  std::vector<Plan> plans;
+  for (const Path* path : paths(engine.device)) {
+    if (std::optional<Plan> plan = plan_of(*path, block, &why_not)) {
+      plans.push_back(std::move(*plan));
     }
   }
-  choice.path = candidates[best]->name;
-  t.choices[k] = std::move(choice);
-  return *candidates[best];
+  TORCH_INTERNAL_ASSERT(
+      !plans.empty(),
+      "no sequence path of the ",
+      engine.device,
+      " runs ",
+      describe(block));
+  if (plans.size() == 1) {
+    return std::move(plans.front());
+  }
+  return measured(engine, block, plans);
+}
+
+std::optional<Plan> plan_for(
+    const Engine& engine,
+    const std::string& name,
+    const Block& block,
+    std::string* why_not) {
+  if (name.empty() || name == "auto") {
+    return plan_block(engine, block, "lltm.paths.plan");
+  }
+  const Path* path = find_path(engine.device, name);
+  TORCH_CHECK_VALUE(
+      path != nullptr,
+      "lltm.paths.plan: expected auto or a sequence path of the ",
+      c10::DeviceTypeName(engine.device),
+      ": ",
+      path_names(engine.device),
+      ", but got ",
+      name);
+  return plan_of(*path, block, why_not);
+}
+
+double time_steps(int64_t steps, c10::function_ref<double(int64_t)> time) {
+  if (steps <= kStepsTimed) {
+    return time(steps);
+  }
+  constexpr int64_t kFew = kStepsTimed / 4;
+  const double few = time(kFew);
+  const double many = time(kStepsTimed);
+  const double per_step =
+      std::max(0.0, (many - few) / static_cast<double>(kStepsTimed - kFew));
+  return few + per_step * static_cast<double>(steps - kFew);
+}
+
+namespace {
+
+// Values of the cell's usual range, from no generator.
+at::Tensor made_up(
+    at::IntArrayRef sizes,
+    double scale,
+    const at::TensorOptions& options) {
+  return at::arange(
+             c10::multiply_integers(sizes),
+             options.dtype(at::kFloat).device(at::kCPU))
+      .mul_(0.37)
+      .sin_()
+      .mul_(scale)
+      .view(sizes)
+      .to(options);
+}
+
+template <typename Run>
+double best_of_three(Run run) {
+  run(); // warm-up: the first run's allocations and packed weights
+  double best = 0;
+  for (int i = 0; i < 3; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    const std::chrono::duration<double, std::micro> took =
+        std::chrono::steady_clock::now() - start;
+    best = i == 0 ? took.count() : std::min(best, took.count());
+  }
+  return best;
+}
+
+} // namespace
+
+double time_path(const Engine& engine, const Path& path, const Block& block) {
+  const auto [T, B, F, S] = block.sizes;
+  const auto options =
+      at::TensorOptions().dtype(block.dtype).device(engine.device);
+  const at::Tensor input = made_up({T, B, F}, 1.0, options);
+  const at::Tensor weights =
+      made_up({3 * S, S + F}, 1.0 / std::sqrt(double(S + F)), options);
+  const at::Tensor bias = made_up({3 * S}, 0.1, options);
+  const at::Tensor h0 = made_up({B, S}, 0.5, options);
+  const at::Tensor c0 = made_up({B, S}, 0.5, options);
+  const Problem p{block.sizes};
+  const ForwardInputs in{weights, bias, h0, c0};
+  constexpr const char* op = "lltm::sequence (measuring a path)";
+  // Any path's forward saves what any path's backward reads.
+  const Forced forced(&path, &path);
+  // The runs are the choice's, not the caller's: a profiler sees none.
+  const at::DisableRecordFunctionGuard unrecorded;
+  if (!block.backward) {
+    return best_of_three(
+        [&] { run_forward(p, input, in, engine, block.save, op); });
+  }
+  const auto [output, h_n, c_n, cells, gates] =
+      run_forward(p, input, in, engine, /*save=*/true, op);
+  const std::optional<at::Tensor> grad_output =
+      made_up({T, B, S}, 1.0, options);
+  const BackwardInputs back{
+      grad_output, std::nullopt, std::nullopt, weights, cells, gates};
+  return best_of_three([&] {
+    run_backward(
+        p, input, h0, output, back, {true, true, true, true, true}, engine);
+  });
 }
 
 std::vector<std::pair<std::string, Choice>> choices() {
@@ -186,7 +368,7 @@ void load(const std::vector<std::pair<std::string, std::string>>& entries) {
   Table& t = table();
   const std::lock_guard<std::mutex> lock(t.mutex);
   for (const auto& [key, path] : entries) {
-    t.choices.emplace(key, Choice{path, "cache", {}});
+    t.choices.emplace(key, Choice{path, path, "cache", {}});
   }
 }
 
@@ -196,23 +378,23 @@ void clear() {
   t.choices.clear();
 }
 
-Forced::Forced(const StepLoops* forward, const StepLoops* backward)
-    : previous_{forced_loops[0], forced_loops[1]} {
-  forced_loops[0] = forward;
-  forced_loops[1] = backward;
+Forced::Forced(const Path* forward, const Path* backward)
+    : previous_{forced_paths[0], forced_paths[1]} {
+  forced_paths[0] = forward;
+  forced_paths[1] = backward;
 }
 
 Forced::~Forced() {
-  forced_loops[0] = previous_[0];
-  forced_loops[1] = previous_[1];
+  forced_paths[0] = previous_[0];
+  forced_paths[1] = previous_[1];
 }
 
-const StepLoops* Forced::get(bool backward) {
-  return forced_loops[backward ? 1 : 0];
+const Path* Forced::get(bool backward) {
+  return forced_paths[backward ? 1 : 0];
 }
 
 bool Forced::active() {
-  return forced_loops[0] != nullptr || forced_loops[1] != nullptr;
+  return forced_paths[0] != nullptr || forced_paths[1] != nullptr;
 }
 
 } // namespace lltm::sequence::choice

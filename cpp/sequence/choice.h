@@ -1,22 +1,26 @@
-// The choice of a sequence path, made once per kind of block and kept: by
-// LLTM_SEQUENCE_PATH where it names a path that runs, else by measuring
-// every path that can run (the way torch.backends.cudnn.benchmark does),
-// else, where measuring is off (LLTM_TUNING=0), by the backend's model.
+// The choice of a path for each block of steps, and its plan:
 //
-// A kind of block is its Key: the device's type, the dtype, the direction of
-// autograd, whether the forward saves, the threads it has, and its sizes,
-// with the steps past 32 and the batch in buckets (each shares the power of
-// two at or above it), so that the segments of a packed batch share a few
-// choices. Within a process a key has one choice
-// from its first block on, so that results stay bitwise repeatable;
-// lltm/tuning.py keeps the measured choices on disk between processes.
+// 1. LLTM_SEQUENCE_PATH, where set to a path of the block's device: that
+//    path's plan, or an error with the path's own reason where it cannot run
+//    the block.
+// 2. Else, where the device measures (the CPU): the choice kept for the
+//    block's kind, else every path that can run it timed on made-up values
+//    (the way torch.backends.cudnn.benchmark does), the fastest kept for the
+//    process; where measuring is off (LLTM_TUNING=0), the paths' model.
+// 3. Else (CUDA, until it measures): the first path of the table whose
+//    window holds and whose plan runs the block: the device's rules.
+//
+// A kind of block is its Key: the device, the dtype, the direction of
+// autograd, whether the forward saves, and its sizes; where the device
+// measures, also the threads it has, with the steps past 32 and the batch in
+// buckets (each shares the power of two at or above it), so that the
+// segments of a packed batch share a few choices. Within a process a key
+// keeps its measured choice from its first block on, so that results stay
+// bitwise repeatable; lltm/tuning.py keeps the measured choices on disk.
 #pragma once
 
-#include "cpp/sequence/sequence.h"
+#include "cpp/sequence/path.h"
 
-#include <c10/core/DeviceType.h>
-#include <c10/core/ScalarType.h>
-#include <c10/util/ArrayRef.h>
 #include <c10/util/FunctionRef.h>
 
 #include <string>
@@ -25,58 +29,44 @@
 
 namespace lltm::sequence::choice {
 
-struct Key {
-  c10::DeviceType device;
-  at::ScalarType dtype;
-  bool backward;
-  bool save;
-  int64_t threads;
-  Sizes sizes; // bucketed
+// The plan of a block on `engine`'s device, by the rules above; `op` names
+// the op in messages.
+Plan plan_block(const Engine& engine, const Block& block, const char* op);
 
-  std::string str() const;
-};
-
-// The key of a block, its sizes bucketed.
-Key key_of(
-    c10::DeviceType device,
-    at::ScalarType dtype,
-    bool backward,
-    bool save,
-    int64_t threads,
-    const Sizes& sizes);
+// The plan of `path` for a block, or std::nullopt with why not: what
+// lltm.paths.plan() asks. "" or "auto" is the choice above (which measures
+// where the device does).
+std::optional<Plan> plan_for(
+    const Engine& engine,
+    const std::string& path,
+    const Block& block,
+    std::string* why_not);
 
 // A block of `steps` steps' microseconds from time(n), the microseconds of
 // n steps: timed as it is up to 32 steps, else extrapolated from 8 and 32
 // (a call's fixed costs, such as packing W_h, and a cost per step).
 double time_steps(int64_t steps, c10::function_ref<double(int64_t)> time);
 
+// Microseconds that `path` takes over a block of made-up values (not from
+// torch's generator) on `engine`'s device, the op's work around the block
+// included: the best of three runs after a warm-up.
+double time_path(const Engine& engine, const Path& path, const Block& block);
+
 // What was chosen for a key, and why.
 struct Choice {
   std::string path;
-  // "forced" (LLTM_SEQUENCE_PATH), "measured", "model", or "cache" (from
-  // disk, through lltm/tuning.py).
+  // The plan of the key's last block ("fused/held").
+  std::string plan;
+  // "measured", "model", "rules", or "cache" (from disk, through
+  // lltm/tuning.py).
   std::string source;
   // Microseconds per candidate for "measured", the model's estimate for
   // "model".
   std::vector<std::pair<std::string, double>> times;
 };
 
-// LLTM_SEQUENCE_PATH's value; "" for unset or auto. A value that names no
-// path of any device raises, naming the ones there are.
-std::string requested_path();
-
 // Whether measuring is on (LLTM_TUNING, read at each choice: 1 by default).
 bool tuning_enabled();
-
-// The choice for `key` among `candidates` (the paths that can run it): the
-// requested path where it is a candidate, else the kept choice, else the
-// fastest by measure(candidate) (microseconds; one thread measures at a
-// time, the others wait), else by model() (its estimate per candidate).
-const StepLoops& choose(
-    const Key& key,
-    c10::ArrayRef<const StepLoops*> candidates,
-    c10::function_ref<double(const StepLoops&)> measure,
-    c10::function_ref<std::vector<double>()> model);
 
 // The kept choices, for Python: (key, choice).
 std::vector<std::pair<std::string, Choice>> choices();
@@ -86,22 +76,22 @@ void load(const std::vector<std::pair<std::string, std::string>>& entries);
 void clear();
 
 // While one is alive, the thread's blocks run `forward` and `backward`
-// (nullptr: the usual choice): how measure() times a candidate.
+// (nullptr: the usual choice): how time_path times a candidate.
 class Forced {
  public:
-  Forced(const StepLoops* forward, const StepLoops* backward);
+  Forced(const Path* forward, const Path* backward);
   ~Forced();
   Forced(const Forced&) = delete;
   Forced& operator=(const Forced&) = delete;
 
-  // The forced loops of this thread, or nullptr.
-  static const StepLoops* get(bool backward);
+  // The forced path of this thread, or nullptr.
+  static const Path* get(bool backward);
   // Whether this thread is measuring (inside a call of its own, whose
   // buffers the measured runs must leave alone).
   static bool active();
 
  private:
-  const StepLoops* previous_[2];
+  const Path* previous_[2];
 };
 
 } // namespace lltm::sequence::choice

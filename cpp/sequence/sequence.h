@@ -36,14 +36,15 @@
 // ([N, D * S]), and h_n, c_n hold each sequence's state after its own last
 // step (for direction 1, after its first). A sequence that has ended drops
 // out of the work: the steps run in segments of a constant batch, each a
-// dense block for the step loops below (sequence.cpp, "Packed batches").
+// dense block for the paths (segments.h).
 //
-// The schemas and checks live in sequence.cpp, with what every backend runs
-// around its step loops: the input projection, the directions, the segments
-// of a packed batch, the GEMMs for all steps after the backward's loop, and
-// zero steps. The op kernels below are templates over a backend, which
-// brings the loops: the CPU's (sequence_cpu.cpp) and the paths of CUDA
-// (sequence_cuda.cpp).
+// The files: checks.cpp (the schemas and the checks every backend shares),
+// segments.{h,cpp} (how a call's steps lie in the buffers: directions and
+// the segments of a packed batch), run.cpp (what every backend runs around
+// a block of steps: the input projection, the GEMMs for all steps after the
+// backward's loop, zero steps), path.h and choice.{h,cpp} (the paths, one
+// file each under cpu/ and cuda/, and the choice of one per block). The op
+// kernels below are templates over a backend, which brings its Engine.
 #pragma once
 
 #include "cpp/cell/cell.h"
@@ -56,6 +57,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <tuple>
 #include <type_traits>
@@ -63,7 +65,7 @@
 
 namespace lltm::sequence {
 
-// One dense block of steps, as the step loops run it.
+// One dense block of steps, as a path runs it.
 struct Sizes {
   int64_t steps;
   int64_t batch;
@@ -130,14 +132,25 @@ struct ForwardBuffers {
 };
 
 // W_h^T ([S, 3S]) and W_h ([3S, S]) copied dense, for the loops whose
-// GEMMs read them so: made once per direction where a packed batch runs
-// its blocks one after another (packed_w_h_t, packed_w_h).
+// GEMMs read them so, and the paths' own layouts of W_h: made once per
+// direction where a packed batch runs its blocks one after another
+// (packed_w_h_t, packed_w_h, layout).
 struct PackedWeights {
   at::Tensor w_h_t;
   at::Tensor w_h;
-  // A backend's own layouts of W_h, at the backend's own indices (the
-  // CPU's: oneDNN's two, the fused steps' two), kept the same way.
-  std::array<at::Tensor, 4> layouts;
+
+  // The slot of a path's layout `index`, named by an address of the path's
+  // own (its Path constant): a path keeps what it needs without a slot here.
+  at::Tensor* layout(const void* owner, int index);
+
+ private:
+  struct Layout {
+    const void* owner;
+    int index;
+    at::Tensor tensor;
+  };
+  // A deque: slots stay where they are as others are added.
+  std::deque<Layout> layouts_;
 };
 
 // What the forward's loops read besides the sizes and the buffers.
@@ -207,37 +220,20 @@ struct StateGrads {
   std::optional<at::Tensor> d_h0;
 };
 
-// A way to run one dense block of steps (T > 0). The forward runs every
-// step over buffers whose gates hold the input projection; without saving
-// (cells undefined), c_t goes to c_n and gates may keep the pre-activations.
-// The backward runs the reverse loop and writes d_gates ([T, B, 3S]); it
-// returns d_c0, and d_h0 too where output_mask[3] asks and it can.
-struct StepLoops {
-  void (*forward)(const Sizes&, const ForwardInputs&, ForwardBuffers&);
-  StateGrads (*backward)(
-      const Sizes&,
-      const BackwardInputs&,
-      const OutputMask& output_mask,
-      at::Tensor& d_gates);
-  // The path's name, as LLTM_SEQUENCE_PATH names it.
-  const char* name;
-};
-
 // The op's own buffers, which Engine::scratch may keep between calls.
 enum class Scratch { kGates, kCells, kOutput, kDGates };
 constexpr size_t kScratchSlots = 4;
 
-// What a backend brings to the ops besides its step loops.
+// What a device brings to the ops besides its paths (path.h).
 struct Engine {
-  // The loops of one dense block (the block's sizes, the dtype, which
-  // direction of autograd, the op for messages).
-  // save: the forward saves for a backward (else an inference forward).
-  const StepLoops& (*loops)(
-      const Sizes&,
-      at::ScalarType,
-      bool backward,
-      bool save,
-      const char* op);
+  c10::DeviceType device;
+  // How auto chooses among the paths that can run a block (choice.h): by
+  // measuring them, or, where the device has no measuring yet, by the
+  // paths' windows, in the order of its table.
+  bool measures;
+  // The threads a block's steps run on, for a measured choice's key
+  // (nullptr where the device does not measure).
+  int64_t (*threads)();
   // Runs body(d) for each direction d < directions, at once where the
   // backend can (CUDA: a second stream; the CPU: a thread each, where that
   // pays at these sizes), and returns once all have run.
@@ -259,19 +255,6 @@ struct Engine {
       at::IntArrayRef sizes,
       const at::TensorOptions& options);
 };
-
-// Microseconds that `loops` takes over a block of `sizes` of made-up
-// values (not from torch's generator) on `device`, the op's work around the
-// loops included: the best of three runs after a warm-up. How an engine's
-// loops measure their candidates (path_choice.h).
-double time_loops(
-    const Engine& engine,
-    const StepLoops& loops,
-    const Sizes& sizes,
-    at::ScalarType dtype,
-    c10::Device device,
-    bool backward,
-    bool save);
 
 // The ops on a backend.
 ForwardResult run_forward(

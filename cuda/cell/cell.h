@@ -95,9 +95,6 @@ cudaError_t launch_backward(
 // math (docs/performance.md has the times). These kernels do the GEMMs
 // themselves, in the accumulation type (float for 16-bit types, never TF32).
 
-// Whether the small path suits a problem of these sizes.
-bool use_small_path(int64_t batch, int64_t input_features, int64_t state);
-
 // The whole forward in one kernel: Z = [old_h | input] W^T read in place,
 // then the pointwise pass of launch_forward, whose output pointers `cell`
 // gives (cell.z and cell.ld_z are ignored, but for cell.z_with_bias, which
@@ -117,13 +114,11 @@ cudaError_t launch_small_forward(
     const SmallForwardArgs<T>& args,
     cudaStream_t stream);
 
-// The tiled path (lltm_step.cu), for float beyond the small path: the same
-// forward as launch_small_forward, with the GEMM in tiles through shared
-// memory (the sequence's fused-step kernels, over [old_h | input] and all of
-// W) and the cell in its epilogue: one launch, where cuBLAS would take a
-// copy for X, a GEMM and the pointwise kernel, each with its host time.
-bool use_tiled_path(int64_t batch, int64_t input_features, int64_t state);
-
+// The tiled path (tiled.cu), float alone: the same forward as
+// launch_small_forward, with the GEMM in tiles through shared memory (the
+// sequence's fused-step kernels, over [old_h | input] and all of W) and the
+// cell in its epilogue: one launch, where cuBLAS would take a copy for X, a
+// GEMM and the pointwise kernel, each with its host time.
 cudaError_t launch_tiled_forward(
     const SmallForwardArgs<float>& a,
     cudaStream_t stream);

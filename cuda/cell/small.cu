@@ -148,14 +148,6 @@ cudaError_t launch_over(
 
 } // namespace
 
-bool use_small_path(int64_t batch, int64_t input_features, int64_t state) {
-  // Up to 4M multiply-adds per GEMM, and loops short enough for one thread
-  // (batch terms for d_weights, 3 * state terms for d_old_h and d_input).
-  constexpr int64_t kMaxMacs = int64_t(1) << 22;
-  return batch > 0 && state > 0 && batch <= 256 && 3 * state <= 1536 &&
-      batch * 3 * state * (state + input_features) <= kMaxMacs;
-}
-
 template <typename T>
 cudaError_t launch_small_forward(
     const SmallForwardArgs<T>& a,

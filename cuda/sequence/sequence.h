@@ -1,15 +1,21 @@
-// Launchers of the LLTM sequence kernels: the persistent ones
-// (lltm_sequence.cu), where one launch (a cooperative grid, or one
-// thread-block cluster) runs every time step of a layer, forward or
-// backward, with W_h kept in shared memory across the steps; and the fused
-// steps (lltm_step.cu), a GEMM with the cell in its epilogue per step.
+// The LLTM sequence kernels' host API: how a block of steps (a layer over
+// T steps, forward or backward) is planned and launched. Two families:
+//   persistent  one launch runs every step with W_h kept in shared memory
+//               (persistent/): a cooperative grid (grid.cu), or one
+//               thread-block cluster on CUDA cores (cluster.cu) or on
+//               tensor cores (cluster_mma.cu)
+//   fused       per step the recurrent GEMM with the cell in its epilogue
+//               (fused/): on CUDA cores with W_h read in chunks (chunked.cu)
+//               or held in shared memory (held.cu), or on tensor cores
+//               (mma.cu); every step in one cooperative launch where the
+//               grid fits at once, else a launch per step
+// A plan_* function decides everything about a launch once (SequencePlan);
+// the launch_* functions execute that plan and choose nothing.
 //
-// Plain CUDA C++ like lltm_kernel.h: raw pointers, sizes and a stream in,
-// cudaError_t out. cpp/sequence_cuda.cpp runs the GEMMs around them (the
-// input projection before the forward; d_weights, d_input and d_bias after
-// the backward) through ATen, and falls back to a per-step loop of cuBLAS
-// GEMMs and the cell's pointwise kernels when sequence_persistent_fits says
-// no. T is float, double, __half or __nv_bfloat16.
+// Plain CUDA C++ like cuda/cell/cell.h: raw pointers, sizes and a stream in,
+// cudaError_t out. cpp/sequence/cuda/ runs the GEMMs around them (the input
+// projection before the forward; d_weights, d_input and d_bias after the
+// backward) through ATen. T is float, double, __half or __nv_bfloat16.
 #pragma once
 
 #include "cuda/cell/cell.h"
@@ -18,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace lltm::cuda {
 
@@ -72,91 +79,8 @@ struct SequenceBackwardArgs {
   int64_t state;
 };
 
-// How the blocks of a persistent kernel pass h_t (dZ_t) from step to step.
-enum class Exchange {
-  // A cooperative grid of up to a block per multiprocessor: each block
-  // writes its part to global memory, and after a grid-wide barrier every
-  // block reads what it needs back from L2.
-  kGrid,
-  // One thread-block cluster (sm_90 on; up to 16 blocks): each block writes
-  // its part into the shared memory of every block, which waits for the
-  // bytes of a whole tile on a barrier of its own (lltm_cluster.h). On CUDA
-  // cores in every type; in float16 and bfloat16 from batch 2 on tensor
-  // cores (lltm_cluster_mma.cu), where that fits.
-  kCluster,
-};
-
-// Whether the persistent kernel of the forward (or the backward) can run a
-// [batch, state] problem on the current device with `exchange`: the device
-// supports cooperative launches (clusters), and its blocks, each holding its
-// slice of W_h and a tile of rows in shared memory, can all be resident at
-// once. False for an empty problem.
-template <typename T>
-bool sequence_persistent_fits(
-    int64_t batch,
-    int64_t state,
-    bool backward,
-    Exchange exchange);
-
-// The (row, column) items a block of the cluster on CUDA cores takes: the
-// cluster's blocks split the state, and clusters the batch, in tiles of
-// rows; 0 where the cluster does not fit.
-template <typename T>
-int64_t sequence_cluster_items(int64_t batch, int64_t state, bool backward);
-
-// Whether the cluster on CUDA cores takes at most 160 items a block in both
-// directions: where the cluster in float16 and bfloat16 leaves tensor cores
-// for CUDA cores (past kClusterMmaFirst fragments), and how far auto takes it
-// there.
-template <typename T>
-bool sequence_cluster_small_tiles(int64_t batch, int64_t state);
-
-// The work of a block of the tensor-core cluster, in 16 x 16 fragments of
-// batch x state / 16 (a block's columns when the cluster has 16 blocks).
-// The tensor-core cluster is the cluster of float16 and bfloat16 up to
-// kClusterMmaFirst fragments (on_tensor_cores in lltm_sequence.cu), and auto
-// takes it up to kClusterMmaMost (cluster_size in cpp/sequence_cuda.cpp);
-// both apart from small tiles. docs/performance.md has the measurements.
-constexpr int64_t kClusterMmaFirst = 256;
-constexpr int64_t kClusterMmaMost = 512;
-constexpr int64_t cluster_mma_fragments(int64_t batch, int64_t state) {
-  return batch * ((state + 15) / 16);
-}
-
-// Runs every step of the forward in one launch. Nothing is launched for
-// zero steps, rows or columns; cudaErrorNotSupported when
-// sequence_persistent_fits is false.
-template <typename T>
-cudaError_t launch_sequence_forward(
-    const SequenceForwardArgs<T>& args,
-    Exchange exchange,
-    cudaStream_t stream);
-
-// The bytes of scratch memory launch_sequence_backward needs: dc, the
-// running cell gradient, in the math type, for the grid; none for the
-// cluster, which keeps it in registers.
-template <typename T>
-size_t sequence_backward_workspace_size(
-    const SequenceBackwardArgs<T>& args,
-    Exchange exchange);
-
-// Runs every step of the backward, in reverse, in one launch: writes
-// d_gates, and d_h0 = dZ_0 W_h and d_c0 when given. `workspace` holds
-// sequence_backward_workspace_size(args, exchange) bytes, aligned to 16.
-template <typename T>
-cudaError_t launch_sequence_backward(
-    const SequenceBackwardArgs<T>& args,
-    Exchange exchange,
-    void* workspace,
-    cudaStream_t stream);
-
-// --- the fused steps (lltm_step.cu, lltm_step_mma.cu) -----------------------
-// Per step the recurrent GEMM with the cell's pointwise math in its
-// epilogue: one launch per step and direction, or, where the tiles of every
-// step fit on the GPU at once (the tensor-core kernels), one cooperative
-// launch per direction for all steps, with a grid barrier between them.
-// Dense operands are row-major with unit column stride and the row lengths
-// their shapes give.
+// The fused steps' operands are row-major with unit column stride and the
+// row lengths their shapes give.
 
 // The forward over all steps.
 template <typename T>
@@ -198,33 +122,202 @@ struct FusedBackwardArgs {
   int64_t state;
 };
 
-// The bytes of the workspace of launch_fused_forward: the counters of the
-// held steps' barriers (float32), or none.
-template <typename T>
-size_t fused_forward_workspace_size(const FusedForwardArgs<T>& args);
+// --- plans -----------------------------------------------------------------
 
+// What a plan launches.
+enum class SequenceKernel : uint8_t {
+  kNone, // nothing can: SequencePlan::why_not says why
+  kGrid, // a cooperative grid, h_t through L2 after a grid-wide barrier
+  kClusterSimt, // one cluster on CUDA cores, h_t through distributed shared
+                // memory, a cluster per tile of the batch's rows
+  kClusterMma, // one cluster on tensor cores (float16, bfloat16), the batch
+               // whole
+  kFusedChunked, // per step a GEMM on CUDA cores, W_h read in chunks
+  kFusedHeld, // per step a GEMM in float, W_h held in shared memory
+  kFusedMma, // per step a GEMM on tensor cores (float16, bfloat16)
+};
+
+// How the grid's kernels cut a problem: `columns` (J) state columns per
+// block, tiles of `rows` rows of `ld` elements after W_h's 3 J S, `lanes`
+// threads per (row, column) item.
+struct GridTiling {
+  int columns;
+  int rows;
+  int ld;
+  int lanes;
+};
+
+// How a CUDA-core cluster cuts a problem: `rows` rows of the batch a tile
+// (a cluster each); lengths in elements of the math type: `padded` is S in
+// whole packs, `ld_w` the row length of W_h's slice, `ld` the tile's.
+struct ClusterTiling {
+  int columns;
+  int rows;
+  int padded;
+  int ld_w;
+  int ld;
+  int lanes;
+};
+
+// How a tensor-core cluster cuts a problem. Lengths are in elements of T.
+struct MmaTiling {
+  int columns; // J: state columns per block, a power of two from 8
+  int shift; // log2(J)
+  int rows; // the batch, rounded up to 16
+  int kp; // a segment of k: blocks * J (zeros past S)
+  int ld_w; // the row length of W_h's slice: kp + 8, or 3 kp + 8
+  int splits; // P: the warps that share a 16 x 8 tile's k, a power of two
+};
+
+// Everything about the launch of one block of steps, decided once.
+struct SequencePlan {
+  SequenceKernel kernel = SequenceKernel::kNone;
+  bool backward = false;
+  // The persistent kernels: blocks of the grid, or of a cluster; clusters,
+  // a tile of rows each; dynamic shared memory a block; their cut.
+  int blocks = 0;
+  int tiles = 1;
+  size_t shared_bytes = 0;
+  GridTiling grid{};
+  ClusterTiling cluster{};
+  MmaTiling mma{};
+  // The fused steps: the tile (an index in the kernel's tiles, largest
+  // first: fused/tiles.h), the elements a load takes (8: whole 16-byte
+  // vectors of float16 or bfloat16, which the operands must then be
+  // aligned for), and whether every step runs in one cooperative launch.
+  int tile = 0;
+  int tile_rows = 0;
+  int tile_columns = 0;
+  int vector = 1;
+  bool cooperative = false;
+  // The scratch memory the launch takes from the caller, 16-byte aligned.
+  size_t workspace_bytes = 0;
+  // Where kernel is kNone.
+  const char* why_not = nullptr;
+};
+
+// The plan's variant, as lltm.paths_that_ran names it: "grid" (or "block",
+// one block), "simt", "mma", "chunked/64x64/coop" (or ".../step": a launch
+// per step), "held", "mma/16x64/coop".
+inline std::string variant_of(const SequencePlan& plan) {
+  const auto tiled = [&](const char* kernel) {
+    return std::string(kernel) + "/" + std::to_string(plan.tile_rows) + "x" +
+        std::to_string(plan.tile_columns) +
+        (plan.cooperative ? "/coop" : "/step");
+  };
+  switch (plan.kernel) {
+    case SequenceKernel::kGrid:
+      return plan.blocks == 1 ? "block" : "grid";
+    case SequenceKernel::kClusterSimt:
+      return "simt";
+    case SequenceKernel::kClusterMma:
+      return "mma";
+    case SequenceKernel::kFusedChunked:
+      return tiled("chunked");
+    case SequenceKernel::kFusedHeld:
+      return "held";
+    case SequenceKernel::kFusedMma:
+      return tiled("mma");
+    default:
+      return "none";
+  }
+}
+
+// The plans of the current device for a [batch, state] block. A plan whose
+// kernel is kNone says why not; the persistent planners read a failed query
+// of the device as a "no" (and clear it), the fused planner returns it.
+
+// The cooperative grid.
 template <typename T>
-cudaError_t launch_fused_forward(
-    const FusedForwardArgs<T>& args,
+cudaError_t plan_grid(
+    int64_t batch,
+    int64_t state,
+    bool backward,
+    SequencePlan* out);
+
+// One thread-block cluster (sm_90 on): on tensor cores in float16 and
+// bfloat16 where those kernels fit, but on CUDA cores where those fit at
+// batch 1, and past kClusterMmaFirst fragments where the CUDA cores' tiles
+// are small in both directions (cluster_small_tiles): their exchange is the
+// faster one there (docs/performance.md, "Why these thresholds").
+template <typename T>
+cudaError_t plan_cluster(
+    int64_t batch,
+    int64_t state,
+    bool backward,
+    SequencePlan* out);
+
+// The fused steps of `steps` steps, with W_h's rows `ld_w` elements apart.
+template <typename T>
+cudaError_t plan_fused(
+    int64_t steps,
+    int64_t batch,
+    int64_t state,
+    int64_t ld_w,
+    bool backward,
+    SequencePlan* out);
+
+// The (row, column) items a block of the CUDA-core cluster takes; 0 where
+// it does not fit.
+template <typename T>
+int64_t cluster_simt_items(int64_t batch, int64_t state, bool backward);
+
+// Whether the CUDA-core cluster takes at most kClusterSmallTile items a
+// block in both directions.
+constexpr int64_t kClusterSmallTile = 160;
+template <typename T>
+bool cluster_small_tiles(int64_t batch, int64_t state);
+
+// The work of a block of the tensor-core cluster, in 16 x 16 fragments of
+// batch x state / 16 (a block's columns when the cluster has 16 blocks). The
+// tensor-core cluster takes float16 and bfloat16 up to kClusterMmaFirst
+// fragments, and beyond where the CUDA cores' tiles are not small.
+constexpr int64_t kClusterMmaFirst = 256;
+constexpr int64_t cluster_mma_fragments(int64_t batch, int64_t state) {
+  return batch * ((state + 15) / 16);
+}
+
+// Whether the fused steps of T run on the current device's tensor cores
+// (float16 from sm_70, bfloat16 from sm_80); false if the device cannot be
+// asked.
+template <typename T>
+bool steps_on_tensor_cores();
+
+// --- launches ----------------------------------------------------------------
+// Each executes its plan, made for these sizes, on `stream`, and launches
+// nothing for zero steps, rows or columns; cudaErrorInvalidValue where the
+// plan is of another family or the operands are not aligned as it needs.
+// `workspace` holds plan.workspace_bytes bytes, 16-byte aligned.
+
+// A persistent plan (kGrid, kClusterSimt, kClusterMma).
+template <typename T>
+cudaError_t launch_sequence_forward(
+    const SequenceForwardArgs<T>& args,
+    const SequencePlan& plan,
+    cudaStream_t stream);
+
+// Every step of the backward, in reverse: writes d_gates, and d_h0 = dZ_0
+// W_h and d_c0 when given.
+template <typename T>
+cudaError_t launch_sequence_backward(
+    const SequenceBackwardArgs<T>& args,
+    const SequencePlan& plan,
     void* workspace,
     cudaStream_t stream);
 
-// The bytes of the workspace of launch_fused_backward: the running cell
-// gradient, in the math type, and the held steps' counters (float32).
+// A fused plan (kFusedChunked, kFusedHeld, kFusedMma).
 template <typename T>
-size_t fused_backward_workspace_size(const FusedBackwardArgs<T>& args);
+cudaError_t launch_fused_forward(
+    const FusedForwardArgs<T>& args,
+    const SequencePlan& plan,
+    void* workspace,
+    cudaStream_t stream);
 
 template <typename T>
 cudaError_t launch_fused_backward(
     const FusedBackwardArgs<T>& args,
+    const SequencePlan& plan,
     void* workspace,
     cudaStream_t stream);
-
-// Whether the fused steps of T run on the current device's tensor cores
-// (lltm_step_mma.cu: float16 from sm_70, bfloat16 from sm_80), which makes
-// them faster than the other paths at more sizes; false if the device
-// cannot be asked.
-template <typename T>
-bool steps_on_tensor_cores();
 
 } // namespace lltm::cuda

@@ -37,9 +37,26 @@ _backward_aten = backward
 def supported_dtypes() -> list[torch.dtype]:
     """The dtypes the kernels are built for."""
 
-# The sequence paths' choices (cpp/path_choice.h), for lltm.tuning.
+# The sequence paths (cpp/sequence/path.h) and their choices
+# (cpp/sequence/choice.h), for lltm.paths and lltm.tuning.
+def _sequence_paths(device: torch.device) -> list[str]:
+    """The sequence paths of a device's type, by rank (none where lltm has no kernels for it)."""
+
+def _sequence_plan(
+    path: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    steps: int,
+    batch: int,
+    input_features: int,
+    state_size: int,
+    backward: bool,
+    save: bool,
+) -> tuple[str | None, str]:
+    """The plan that runs a block of steps on `path` ("auto": the choice's): (its name, ""), or (None, why not)."""
+
 def _path_choices() -> list[dict[str, object]]:
-    """The sequence paths chosen so far: key, path, source, times_us."""
+    """The sequence paths chosen so far: key, path, plan, source, times_us."""
 
 def _load_path_choices(entries: list[tuple[str, str]]) -> None:
     """Keep these (key, path) choices, where a key has none yet."""

@@ -20,11 +20,11 @@ from ._loader import load_extension
 # when it matches this torch, else per LLTM_BACKEND.
 _C, _backend = load_extension()
 
-from . import reference, tuning
+from . import paths, reference, tuning
 from .layer import LLTMLayer
 from .module import LLTM
 from .ops import lltm, lltm_sequence
-from .paths import PathsThatRan, paths_that_ran
+from .paths import PathsThatRan, paths_that_ran, sequence_paths
 from .tuning import PathChoice, clear_path_choices, path_choices
 
 
@@ -57,8 +57,10 @@ __all__ = [
     "lltm",
     "lltm_sequence",
     "path_choices",
+    "paths",
     "paths_that_ran",
     "reference",
+    "sequence_paths",
     "tuning",
 ]
 

@@ -1,49 +1,148 @@
-"""Which path ran each block of steps of the sequence ops.
+"""The paths of the ops: which a device has, which plan runs a block, and which ran.
 
-The ops mark each block of steps with a range in ``torch.profiler``,
-``lltm::sequence_path::<name>`` in the forward and
-``lltm::sequence_backward_path::<name>`` in the backward, on every device.
+A sequence op runs each block of steps (a direction, or a packed batch's
+segment) on one path of its device, by a plan: ``"fused"`` on the CPU,
+``"fused/held"`` or ``"cluster/mma"`` on CUDA, where a path has ways of its
+own (docs/design.md, "Paths and plans"). ``LLTM_SEQUENCE_PATH`` forces a path;
+one that cannot run a block raises, with its reason.
+
+The ops mark each block with a range in ``torch.profiler``,
+``lltm::sequence_path::<plan>`` in the forward and
+``lltm::sequence_backward_path::<plan>`` in the backward, on every device; the
+cell ops on CUDA mark theirs with ``lltm::cell_path::<path>`` (small, tiled or
+cublas) and ``lltm::cell_backward_path::<path>``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator
 from typing import TypedDict
 
+import torch
 import torch.profiler
 
-__all__ = ["PathsThatRan", "paths_that_ran"]
+# Set on the package before this module's import (lltm/__init__.py).
+from . import _C
 
-_FORWARD = "lltm::sequence_path::"
-_BACKWARD = "lltm::sequence_backward_path::"
+__all__ = ["PathsThatRan", "paths_that_ran", "plan", "sequence_paths"]
+
+_RANGES = {
+    "lltm::sequence_path::": "forward",
+    "lltm::sequence_backward_path::": "backward",
+    "lltm::cell_path::": "cell",
+    "lltm::cell_backward_path::": "cell_backward",
+}
 
 
 class PathsThatRan(TypedDict):
-    """The paths of one run, one entry per block of steps, in the order they ran."""
+    """The plans of one run, one entry per block of steps (per cell op), in the order they ran."""
 
     forward: list[str]
     backward: list[str]
+    cell: list[str]
+    cell_backward: list[str]
+
+
+def sequence_paths(device: str | torch.device = "cpu") -> list[str]:
+    """The sequence paths of ``device``'s type, as ``LLTM_SEQUENCE_PATH`` names them.
+
+    In the order of the device's table; empty where lltm has no kernels for it.
+    """
+    return list(_C._sequence_paths(torch.device(device)))
+
+
+def plan(
+    path: str = "auto",
+    *,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    steps: int,
+    batch: int,
+    input_features: int,
+    state_size: int,
+    backward: bool = False,
+    save: bool = True,
+) -> str:
+    """The plan that runs a block of these sizes on ``path`` (``"auto"``: the choice's).
+
+    The choice of ``"auto"`` is the ops' own: it measures the paths where the
+    device does (and keeps the result), as the block's first run would.
+
+    Raises:
+        ValueError: ``path`` names no path of the device.
+        RuntimeError: ``path`` cannot run such a block; the message says why.
+
+    Example:
+        >>> lltm.paths.plan("onednn", steps=16, batch=4, input_features=32, state_size=64)
+        'onednn'
+    """
+    name, why_not = _C._sequence_plan(
+        path,
+        torch.device(device),
+        dtype,
+        steps,
+        batch,
+        input_features,
+        state_size,
+        backward,
+        save,
+    )
+    if name is None:
+        msg = f"the {path} path cannot run this block on {device}: {why_not}"
+        raise RuntimeError(msg)
+    return name
+
+
+@contextlib.contextmanager
+def _stderr_to_null() -> Iterator[None]:
+    """File descriptor 2 to /dev/null for a while: the profiler's USDT lines at start and stop."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, 2)
+        finally:
+            os.close(null)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def paths_that_ran(fn: Callable[[], object]) -> PathsThatRan:
-    """Run ``fn()`` once under ``torch.profiler`` and name the sequence paths it ran.
+    """Run ``fn()`` once under ``torch.profiler`` and name the plans it ran.
 
     Each direction of each layer is one block of steps (a packed batch's
     segments are a block each); a forward's blocks are in ``forward``, a
-    backward's (when ``fn`` runs one) in ``backward``.
+    backward's (when ``fn`` runs one) in ``backward``; the cell ops' paths on
+    CUDA in ``cell`` and ``cell_backward``. The profiler's own lines at its
+    start and stop are kept out of stderr.
 
     Example:
         >>> layer = lltm.LLTMLayer(32, 128)
         >>> paths_that_ran(lambda: layer(torch.randn(16, 4, 32))[0].sum().backward())
-        {'forward': ['fused'], 'backward': ['fused']}
+        {'forward': ['fused'], 'backward': ['fused'], 'cell': [], 'cell_backward': []}
     """
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    with _stderr_to_null():
+        prof.start()
+    try:
         fn()
-    ran: PathsThatRan = {"forward": [], "backward": []}
-    events = sorted(prof.events(), key=lambda e: e.time_range.start)
-    for event in events:
-        if event.name.startswith(_FORWARD):
-            ran["forward"].append(event.name[len(_FORWARD) :])
-        elif event.name.startswith(_BACKWARD):
-            ran["backward"].append(event.name[len(_BACKWARD) :])
-    return ran
+    finally:
+        with _stderr_to_null():
+            prof.stop()
+    ran: dict[str, list[str]] = {kind: [] for kind in _RANGES.values()}
+    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+        for prefix, kind in _RANGES.items():
+            if event.name.startswith(prefix):
+                ran[kind].append(event.name[len(prefix) :])
+    return PathsThatRan(
+        forward=ran["forward"],
+        backward=ran["backward"],
+        cell=ran["cell"],
+        cell_backward=ran["cell_backward"],
+    )

@@ -3,14 +3,14 @@
 Each kind of block of steps (device, dtype, training or inference, threads,
 sizes in buckets) gets one path per process, chosen at its first block:
 
-1. ``LLTM_SEQUENCE_PATH`` where it names a path that can run the block
-   (on the CPU ``steps``, ``onednn`` or ``fused``; on CUDA ``persistent``,
-   ``cluster``, ``fused`` or ``steps``);
+1. ``LLTM_SEQUENCE_PATH`` where set: that path of the block's device
+   (:func:`lltm.sequence_paths`), or an error saying why it cannot run it;
 2. else a choice kept from an earlier process (this module's cache);
-3. else, on the CPU, the fastest path measured on a block of these sizes
-   (``LLTM_TUNING=1``, the default) or the one a cost model fitted to
-   measurements expects to be fastest (``LLTM_TUNING=0``). CUDA keeps its
-   own rules for now.
+3. else, where the device measures (the CPU), the fastest path measured on a
+   block of these sizes (``LLTM_TUNING=1``, the default) or the one a cost
+   model fitted to measurements expects to be fastest (``LLTM_TUNING=0``);
+   on CUDA, which does not measure yet, the first path of its table whose
+   rules (its window of sizes) take the block, chosen again for each block.
 
 Measured choices are kept in ``$LLTM_CACHE_DIR`` (default
 ``~/.cache/lltm``; empty: not kept), one file per machine, lltm version and
@@ -46,14 +46,16 @@ class PathChoice(TypedDict):
     """One kind of block and its path.
 
     ``key`` names the kind (``cpu|Float|inference|threads=2|T=64|B=16|F=32|S=128``:
-    steps past 32 and batches share the power of two at or above them);
-    ``source`` is ``"measured"``, ``"model"`` or ``"cache"`` (from disk);
-    ``times_us`` the microseconds each candidate took (or the model's
-    estimate) for a block of that kind.
+    on the CPU, steps past 32 and batches share the power of two at or above
+    them); ``path`` is the path, ``plan`` the plan of the kind's last block
+    (``"fused/held"``); ``source`` is ``"measured"``, ``"model"``, ``"rules"``
+    or ``"cache"`` (from disk); ``times_us`` the microseconds each candidate
+    took (or the model's estimate) for a block of that kind.
     """
 
     key: str
     path: str
+    plan: str
     source: str
     times_us: list[tuple[str, float]]
 
@@ -61,7 +63,13 @@ class PathChoice(TypedDict):
 def path_choices() -> list[PathChoice]:
     """The paths chosen so far in this process, with why (``PathChoice``)."""
     return [
-        PathChoice(key=c["key"], path=c["path"], source=c["source"], times_us=list(c["times_us"]))
+        PathChoice(
+            key=c["key"],
+            path=c["path"],
+            plan=c["plan"],
+            source=c["source"],
+            times_us=list(c["times_us"]),
+        )
         for c in _C._path_choices()
     ]
 

@@ -460,49 +460,6 @@ using Backward0 = MmaTile<1, 1, 16, 32>;
 using Backward1 = MmaTile<2, 2, 2, 32>;
 using Backward2 = MmaTile<4, 2, 1, 64>;
 
-// 16-byte accesses where every row of both operands starts on 16 bytes and
-// the extents are whole vectors of 8: rows and w aligned, and the state a
-// multiple of 8 (every step's rows then start aligned too).
-template <typename T>
-bool packed(
-    std::initializer_list<const T*> rows,
-    const T* w,
-    int64_t ld_w,
-    int64_t state) {
-  bool aligned = aligned16(w);
-  for (const T* p : rows) {
-    aligned = aligned && aligned16(p);
-  }
-  return aligned && state % 8 == 0 && ld_w % 8 == 0;
-}
-
-template <typename T, typename P, int V>
-cudaError_t forward_with(
-    const FusedForwardArgs<T>& a,
-    unsigned* arrivals,
-    const DeviceLimits& limits,
-    cudaStream_t stream) {
-  static_assert(P::BM >= kArrivalRows);
-  return run_steps<
-      &fused_forward_mma_kernel<T, P, V>,
-      &step_forward_mma_kernel<T, P, V>,
-      P>(a, false, arrivals, limits, stream);
-}
-
-template <typename T, typename P, int V>
-cudaError_t backward_with(
-    const FusedBackwardArgs<T>& a,
-    float* dc,
-    unsigned* arrivals,
-    const DeviceLimits& limits,
-    cudaStream_t stream) {
-  static_assert(P::BM >= kArrivalRows);
-  return run_steps<
-      &fused_backward_mma_kernel<T, P, V>,
-      &step_backward_mma_kernel<T, P, V>,
-      P>(a, true, arrivals, limits, stream, dc);
-}
-
 // Whether a launch takes tile P over the next smaller tile Q: where P fills
 // every multiprocessor, or where P leaves at most one in sixteen idle and
 // Q's grid is too large for one cooperative launch (more than Q::resident
@@ -520,75 +477,146 @@ bool takes(int64_t batch, int64_t state, int64_t sms) {
       (16 * blocks >= 15 * sms && int64_t(q.x) * q.y > Q::resident * sms);
 }
 
-template <typename T, typename P>
-cudaError_t forward_tiles(
-    const FusedForwardArgs<T>& a,
-    unsigned* arrivals,
-    const DeviceLimits& limits,
-    cudaStream_t stream) {
-  return packed({a.h0, a.output}, a.w, a.ld_w, a.state)
-      ? forward_with<T, P, 8>(a, arrivals, limits, stream)
-      : forward_with<T, P, 1>(a, arrivals, limits, stream);
+// The tensor-core kernels of tile P with loads of V elements.
+template <typename T, typename P, int V, bool Backward>
+constexpr auto fused_mma_kernel() {
+  if constexpr (Backward) {
+    return &fused_backward_mma_kernel<T, P, V>;
+  } else {
+    return &fused_forward_mma_kernel<T, P, V>;
+  }
 }
 
-template <typename T, typename P>
-cudaError_t backward_tiles(
-    const FusedBackwardArgs<T>& a,
-    float* dc,
-    unsigned* arrivals,
+template <typename T, bool Backward, typename P>
+bool mma_cooperative(
+    int vector,
+    const FusedShape& shape,
+    const DeviceLimits& limits) {
+  return vector == 8
+      ? cooperative<fused_mma_kernel<T, P, 8, Backward>(), P>(shape, limits)
+      : cooperative<fused_mma_kernel<T, P, 1, Backward>(), P>(shape, limits);
+}
+
+template <
+    typename T,
+    bool Backward,
+    typename Large,
+    typename Middle,
+    typename Small>
+void plan_tiles(
+    const FusedShape& shape,
     const DeviceLimits& limits,
-    cudaStream_t stream) {
-  return packed({a.d_gates}, a.w, a.ld_w, a.state)
-      ? backward_with<T, P, 8>(a, dc, arrivals, limits, stream)
-      : backward_with<T, P, 1>(a, dc, arrivals, limits, stream);
+    SequencePlan* out) {
+  const int64_t sms = limits.multiprocessors;
+  const int index = fills<Large>(shape.batch, shape.state, sms)
+      ? 0
+      : (takes<Middle, Small>(shape.batch, shape.state, sms) ? 1 : 2);
+  // 16-byte loads where the state and W_h's rows are whole vectors of 8
+  // (the caller then aligns the operands, and every step's rows start
+  // aligned too).
+  out->kernel = SequenceKernel::kFusedMma;
+  out->vector = shape.state % 8 == 0 && shape.ld_w % 8 == 0 ? 8 : 1;
+  with_tile<Large, Middle, Small>(index, [&](auto tile) {
+    using P = decltype(tile);
+    set_tile<P>(out, index);
+    out->cooperative =
+        mma_cooperative<T, Backward, P>(out->vector, shape, limits);
+    return cudaSuccess;
+  });
+}
+
+// Whether the operands are as a plan of 16-byte loads needs them.
+template <typename T>
+bool vectors_fit(
+    const SequencePlan& plan,
+    std::initializer_list<const void*> rows,
+    const T* w,
+    int64_t ld_w,
+    int64_t state) {
+  if (plan.vector != 8) {
+    return true;
+  }
+  return aligned16(rows) && aligned16({w}) && state % 8 == 0 && ld_w % 8 == 0;
 }
 
 } // namespace
 
+template <typename T, bool Backward>
+void plan_mma(
+    const FusedShape& shape,
+    const DeviceLimits& limits,
+    SequencePlan* out) {
+  if constexpr (Backward) {
+    plan_tiles<T, true, Backward2, Backward1, Backward0>(shape, limits, out);
+  } else {
+    plan_tiles<T, false, Forward2, Forward1, Forward0>(shape, limits, out);
+  }
+}
+
 template <typename T>
-cudaError_t launch_fused_forward_mma(
+cudaError_t launch_mma_forward(
     const FusedForwardArgs<T>& a,
+    const SequencePlan& plan,
     unsigned* arrivals,
-    const DeviceLimits& limits,
     cudaStream_t stream) {
-  const int64_t sms = limits.multiprocessors;
-  if (fills<Forward2>(a.batch, a.state, sms)) {
-    return forward_tiles<T, Forward2>(a, arrivals, limits, stream);
+  if (!vectors_fit(plan, {a.h0, a.output}, a.w, a.ld_w, a.state)) {
+    return cudaErrorInvalidValue;
   }
-  if (takes<Forward1, Forward0>(a.batch, a.state, sms)) {
-    return forward_tiles<T, Forward1>(a, arrivals, limits, stream);
-  }
-  return forward_tiles<T, Forward0>(a, arrivals, limits, stream);
+  return with_tile<Forward2, Forward1, Forward0>(plan.tile, [&](auto tile) {
+    using P = decltype(tile);
+    static_assert(P::BM >= kArrivalRows);
+    return plan.vector == 8
+        ? run_steps<
+              &fused_forward_mma_kernel<T, P, 8>,
+              &step_forward_mma_kernel<T, P, 8>,
+              P>(a, false, plan.cooperative, arrivals, stream)
+        : run_steps<
+              &fused_forward_mma_kernel<T, P, 1>,
+              &step_forward_mma_kernel<T, P, 1>,
+              P>(a, false, plan.cooperative, arrivals, stream);
+  });
 }
 
 template <typename T>
-cudaError_t launch_fused_backward_mma(
+cudaError_t launch_mma_backward(
     const FusedBackwardArgs<T>& a,
-    acc_t<T>* dc,
+    const SequencePlan& plan,
+    float* dc,
     unsigned* arrivals,
-    const DeviceLimits& limits,
     cudaStream_t stream) {
-  const int64_t sms = limits.multiprocessors;
-  if (fills<Backward2>(a.batch, a.state, sms)) {
-    return backward_tiles<T, Backward2>(a, dc, arrivals, limits, stream);
+  if (!vectors_fit(plan, {a.d_gates}, a.w, a.ld_w, a.state)) {
+    return cudaErrorInvalidValue;
   }
-  if (takes<Backward1, Backward0>(a.batch, a.state, sms)) {
-    return backward_tiles<T, Backward1>(a, dc, arrivals, limits, stream);
-  }
-  return backward_tiles<T, Backward0>(a, dc, arrivals, limits, stream);
+  return with_tile<Backward2, Backward1, Backward0>(plan.tile, [&](auto tile) {
+    using P = decltype(tile);
+    static_assert(P::BM >= kArrivalRows);
+    return plan.vector == 8
+        ? run_steps<
+              &fused_backward_mma_kernel<T, P, 8>,
+              &step_backward_mma_kernel<T, P, 8>,
+              P>(a, true, plan.cooperative, arrivals, stream, dc)
+        : run_steps<
+              &fused_backward_mma_kernel<T, P, 1>,
+              &step_backward_mma_kernel<T, P, 1>,
+              P>(a, true, plan.cooperative, arrivals, stream, dc);
+  });
 }
 
-#define LLTM_INSTANTIATE(T)                          \
-  template cudaError_t launch_fused_forward_mma<T>(  \
-      const FusedForwardArgs<T>&,                    \
-      unsigned*,                                     \
-      const DeviceLimits&,                           \
-      cudaStream_t);                                 \
-  template cudaError_t launch_fused_backward_mma<T>( \
-      const FusedBackwardArgs<T>&,                   \
-      acc_t<T>*,                                     \
-      unsigned*,                                     \
-      const DeviceLimits&,                           \
+#define LLTM_INSTANTIATE(T)                                   \
+  template void plan_mma<T, false>(                           \
+      const FusedShape&, const DeviceLimits&, SequencePlan*); \
+  template void plan_mma<T, true>(                            \
+      const FusedShape&, const DeviceLimits&, SequencePlan*); \
+  template cudaError_t launch_mma_forward<T>(                 \
+      const FusedForwardArgs<T>&,                             \
+      const SequencePlan&,                                    \
+      unsigned*,                                              \
+      cudaStream_t);                                          \
+  template cudaError_t launch_mma_backward<T>(                \
+      const FusedBackwardArgs<T>&,                            \
+      const SequencePlan&,                                    \
+      float*,                                                 \
+      unsigned*,                                              \
       cudaStream_t);
 
 LLTM_INSTANTIATE(__half)

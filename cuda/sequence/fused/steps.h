@@ -1,9 +1,10 @@
-// What the two flavors of the fused steps share: lltm_step.cu (the GEMM on
-// CUDA cores, every type) and lltm_step_mma.cu (on tensor cores, float16 and
-// bfloat16). The arguments of one step and how a sequence's give them, the
-// loop over chunks of k, the two epilogues (the cell's math of one (row,
-// column) once its sum over k is known), and the tensor-core launchers,
-// which lltm_step.cu's launchers call where they can run.
+// What the kernels of the fused steps share: chunked.cu and held.cu (the
+// GEMM on CUDA cores) and mma.cu (on tensor cores, float16 and bfloat16).
+// The arguments of one step and how a sequence's give them, the launches of
+// a plan (one cooperative launch, or one per step), the loop over chunks of
+// k, the two epilogues (the cell's math of one (row, column) once its sum
+// over k is known), the tile pickers, and each kernel's planner and
+// launchers, which plan.cu calls.
 #pragma once
 
 #include "cuda/common/device.h"
@@ -17,6 +18,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 namespace lltm::cuda::detail {
@@ -238,21 +240,19 @@ bool resident(int threads, int64_t blocks, const DeviceLimits& limits) {
 
 // Every step of a direction (the backward's when `backward`), on tile P's
 // grid: Fused(a, extra..., arrivals) in one cooperative launch where the
-// grid can be resident at once (and Fused is not nullptr, and there are
-// counters), else Step(step_of(a, t), extra...) once per step.
+// plan says so, else Step(step_of(a, t), extra...) once per step.
 template <auto Fused, auto Step, typename P, typename Args, typename... Extra>
 cudaError_t run_steps(
     const Args& a,
     bool backward,
+    bool cooperative,
     unsigned* arrivals,
-    const DeviceLimits& limits,
     cudaStream_t stream,
     Extra... extra) {
   const dim3 grid = grid_of<P>(a.batch, a.state);
   constexpr int threads = P::threads;
   if constexpr (!std::is_same_v<decltype(Fused), std::nullptr_t>) {
-    if (a.steps > 1 && arrivals != nullptr && counts_fit(a.steps, grid) &&
-        resident<Fused>(threads, int64_t(grid.x) * grid.y, limits)) {
+    if (cooperative) {
       Args args = a;
       void* params[] = {&args, &extra..., &arrivals};
       const cudaError_t launched = cudaLaunchCooperativeKernel(
@@ -265,10 +265,61 @@ cudaError_t run_steps(
       return launched != cudaSuccess ? launched : cudaGetLastError();
     }
   }
+  if (cooperative) {
+    return cudaErrorInvalidValue; // a type without cooperative kernels
+  }
   return each_step(a, backward, [&](const auto& step) {
     Step<<<grid, threads, 0, stream>>>(step, extra...);
     return cudaGetLastError();
   });
+}
+
+// A fused block as the planners see it.
+struct FusedShape {
+  int64_t steps;
+  int64_t batch;
+  int64_t state;
+  int64_t ld_w;
+};
+
+// Whether every step of tile P's grid runs in one cooperative launch of
+// Fused: two steps or more, a barrier's counts in 32 bits, and the grid
+// resident at once.
+template <auto Fused, typename P>
+bool cooperative(const FusedShape& s, const DeviceLimits& limits) {
+  const dim3 grid = grid_of<P>(s.batch, s.state);
+  return s.steps > 1 && counts_fit(s.steps, grid) &&
+      resident<Fused>(P::threads, int64_t(grid.x) * grid.y, limits);
+}
+
+// The index, largest first, of the first of Tiles whose grid fills every
+// multiprocessor; the smallest's where none does. A step at these sizes is
+// too short for a partial wave of large tiles, and small tiles split k over
+// groups of threads to keep enough of them busy.
+template <typename... Tiles>
+int largest_filling(int64_t batch, int64_t state, int64_t sms) {
+  int index = 0;
+  const bool found =
+      ((fills<Tiles>(batch, state, sms) || (++index, false)) || ...);
+  return found ? index : static_cast<int>(sizeof...(Tiles)) - 1;
+}
+
+// f(Tile{}) for the tile at `index` of Tiles, largest first: a plan's tile
+// as a type. cudaErrorInvalidValue for an index past them.
+template <typename... Tiles, typename F>
+cudaError_t with_tile(int index, F&& f) {
+  int i = 0;
+  cudaError_t status = cudaErrorInvalidValue;
+  (void)((i++ == index && ((status = f(Tiles{})), true)) || ...);
+  return status;
+}
+
+// A plan's tile: its index and its extent, for the variant's name.
+template <typename P>
+void set_tile(SequencePlan* out, int index) {
+  out->tile = index;
+  out->tile_rows = P::BM;
+  out->tile_columns = P::BN;
 }
 
 // The steps of a direction inside Fused: for every step s = step_of(a, t)
@@ -519,24 +570,75 @@ bool step_mma_runs(const DeviceLimits& limits) {
   }
 }
 
-// The launches there, for __half and __nv_bfloat16, of a whole sequence:
-// one cooperative launch per direction where every step's tiles fit on the
-// GPU at once, else one launch per step.
-// `arrivals`: the counters of the cooperative launch's barriers
-// (arrivals_size), or nullptr for a launch per step.
-template <typename T>
-cudaError_t launch_fused_forward_mma(
-    const FusedForwardArgs<T>& a,
-    unsigned* arrivals,
-    const DeviceLimits& limits,
-    cudaStream_t stream);
+// Each kernel's plan of a fused block (plan.cu picks the kernel), and its
+// launches of that plan. `arrivals`: the counters of a cooperative launch's
+// barriers (arrivals_size); `dc`: the backward's running cell gradient.
 
+template <typename T, bool Backward>
+void plan_chunked(
+    const FusedShape& shape,
+    const DeviceLimits& limits,
+    SequencePlan* out);
 template <typename T>
-cudaError_t launch_fused_backward_mma(
+cudaError_t launch_chunked_forward(
+    const FusedForwardArgs<T>& a,
+    const SequencePlan& plan,
+    unsigned* arrivals,
+    cudaStream_t stream);
+template <typename T>
+cudaError_t launch_chunked_backward(
     const FusedBackwardArgs<T>& a,
+    const SequencePlan& plan,
     acc_t<T>* dc,
     unsigned* arrivals,
-    const DeviceLimits& limits,
     cudaStream_t stream);
+
+// float alone; false where W_h cannot be held.
+template <bool Backward>
+bool plan_held(
+    const FusedShape& shape,
+    const DeviceLimits& limits,
+    SequencePlan* out);
+cudaError_t launch_held_forward(
+    const FusedForwardArgs<float>& a,
+    const SequencePlan& plan,
+    unsigned* arrivals,
+    cudaStream_t stream);
+cudaError_t launch_held_backward(
+    const FusedBackwardArgs<float>& a,
+    const SequencePlan& plan,
+    float* dc,
+    unsigned* arrivals,
+    cudaStream_t stream);
+
+// __half and __nv_bfloat16 alone.
+template <typename T, bool Backward>
+void plan_mma(
+    const FusedShape& shape,
+    const DeviceLimits& limits,
+    SequencePlan* out);
+template <typename T>
+cudaError_t launch_mma_forward(
+    const FusedForwardArgs<T>& a,
+    const SequencePlan& plan,
+    unsigned* arrivals,
+    cudaStream_t stream);
+template <typename T>
+cudaError_t launch_mma_backward(
+    const FusedBackwardArgs<T>& a,
+    const SequencePlan& plan,
+    float* dc,
+    unsigned* arrivals,
+    cudaStream_t stream);
+
+// Whether the pointers are 16-byte aligned, as a plan's vectors need.
+inline bool aligned16(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+      return false;
+    }
+  }
+  return true;
+}
 
 } // namespace lltm::cuda::detail

@@ -1,13 +1,12 @@
 // What the two flavors of the persistent kernel in one thread-block cluster
-// (sm_90 on) share: lltm_sequence.cu's, whose math runs on CUDA cores in
-// every type, and lltm_cluster_mma.cu's, on tensor cores for float16 and
-// bfloat16. The exchange between steps (stores and bulk copies into
-// distributed shared memory, counted down a transaction barrier), a launch
-// of one cluster, and the launchers of the tensor-core kernels, which
-// lltm_sequence.cu calls where they run.
+// (sm_90 on) share: cluster.cu's, whose math runs on CUDA cores in every
+// type, and cluster_mma.cu's, on tensor cores for float16 and bfloat16. The
+// exchange between steps (stores and bulk copies into distributed shared
+// memory, counted down a transaction barrier), and a launch of one cluster.
 #pragma once
 
 #include "cuda/common/device.h"
+#include "cuda/sequence/persistent/persistent.h"
 #include "cuda/sequence/sequence.h"
 
 #include <cuda_runtime_api.h>
@@ -176,40 +175,6 @@ __device__ __forceinline__ void send_element(
 #endif
 }
 
-// v as T stores it, in the math type: what a reader of the stored tensor
-// gets, so that every path feeds the next step the same values.
-template <typename T>
-__device__ __forceinline__ acc_t<T> as_stored(acc_t<T> v) {
-  T x;
-  put(&x, v);
-  return widen(x);
-}
-
-// load_element for a [steps, batch, state] operand, in one index
-// expression: a Strided view of the step costs the backward registers
-// (spills on sm_75).
-template <typename T>
-__device__ __forceinline__ acc_t<T> load_element(
-    const Strided3<T>& m,
-    int64_t step,
-    int64_t row,
-    int64_t col) {
-  return m.data == nullptr
-      ? acc_t<T>(0)
-      : widen(m.data
-                  [step * m.step_stride + row * m.row_stride +
-                   col * m.col_stride]);
-}
-
-// stored_element (lltm_device.h) for a [steps, batch, state] operand.
-template <typename T>
-__device__ __forceinline__ T
-stored_element(const Strided3<T>& m, int64_t step, int64_t row, int64_t col) {
-  return m.data == nullptr
-      ? zero_bits<T>()
-      : m.data[step * m.step_stride + row * m.row_stride + col * m.col_stride];
-}
-
 // --- the launch --------------------------------------------------------------
 
 // A launch of `tiles` clusters of `blocks` blocks of `threads` threads: grid
@@ -305,26 +270,5 @@ cudaError_t cluster_limits(
   return backward ? cluster_blocks<Backward>(*limits, threads, most)
                   : cluster_blocks<Forward>(*limits, threads, most);
 }
-
-// --- the tensor-core kernels (lltm_cluster_mma.cu) --------------------------
-// For __half and __nv_bfloat16. Whether the forward's (or the backward's)
-// kernel can run a [batch, state] problem on the current device: it has
-// clusters, and W_h's slices, the double-buffered tile and the batch fit
-// the shared memory and warps of one cluster. Errors of the queries read as
-// no, and are cleared.
-template <typename T>
-bool cluster_mma_fits(int64_t batch, int64_t state, bool backward);
-
-// Every step in one cluster; cudaErrorNotSupported where cluster_mma_fits is
-// false. Nothing is launched for an empty problem.
-template <typename T>
-cudaError_t launch_cluster_mma_forward(
-    const SequenceForwardArgs<T>& args,
-    cudaStream_t stream);
-
-template <typename T>
-cudaError_t launch_cluster_mma_backward(
-    const SequenceBackwardArgs<T>& args,
-    cudaStream_t stream);
 
 } // namespace lltm::cuda::detail

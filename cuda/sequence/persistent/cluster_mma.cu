@@ -36,6 +36,7 @@
 #include "cuda/sequence/persistent/cluster.h"
 
 #include "cuda/common/device.h"
+#include "cuda/sequence/persistent/persistent.h"
 #include "cuda/sequence/sequence.h"
 
 #include <cuda_bf16.h>
@@ -57,16 +58,6 @@ constexpr int kWarps = kMmaThreads / 32; // one 16 x 8 tile each, at most
 // 7.75 at 1; 512,16,128,256 (2 tiles) 4.66 at 8, 4.38 at 4, 4.48 at 2;
 // 512,16,32,128 (1 tile, P at most 4 there) 3.81 at 4, 3.89 at 2.
 constexpr int kSplitWarps = kWarps / 2;
-
-// How the cluster cuts the problem. Lengths are in elements of T.
-struct MmaTiling {
-  int columns; // J: state columns per block, a power of two from 8
-  int shift; // log2(J)
-  int rows; // the batch, rounded up to 16
-  int kp; // a segment of k: blocks * J (zeros past S)
-  int ld_w; // the row length of W_h's slice: kp + 8, or 3 kp + 8
-  int splits; // P: the warps that share a 16 x 8 tile's k, a power of two
-};
 
 // Four 8 x 8 matrices of 16-bit elements from shared memory: lanes 8 i to
 // 8 i + 7 give the rows of matrix i, and r[i] gets this lane's part of it.
@@ -648,13 +639,6 @@ __global__ void __launch_bounds__(kMmaThreads, 1) cluster_mma_backward_kernel(
 #endif
 }
 
-struct MmaPlan {
-  bool fits;
-  MmaTiling tiling;
-  int blocks;
-  size_t shared_bytes;
-};
-
 int64_t round_up(int64_t n, int64_t m) {
   return (n + m - 1) / m * m;
 }
@@ -666,19 +650,21 @@ int64_t round_up(int64_t n, int64_t m) {
 // there are warps to spare (up to kSplitWarps in all); at most two epilogue
 // items per thread; and the shared memory of W_h's slice, the two tiles, the
 // two stages and the partial sums.
+} // namespace
+
 template <typename T, bool Backward>
-cudaError_t plan(int64_t batch, int64_t state, MmaPlan* out) {
-  *out = MmaPlan{};
-  if (batch <= 0 || state <= 0) {
-    return cudaSuccess;
-  }
+cudaError_t plan_cluster_mma(int64_t batch, int64_t state, SequencePlan* out) {
   DeviceLimits limits{};
   int most = 0;
   const cudaError_t status = cluster_limits<
       &cluster_mma_forward_kernel<T>,
       &cluster_mma_backward_kernel<T>>(Backward, kMmaThreads, &limits, &most);
-  if (status != cudaSuccess || most == 0) {
+  if (status != cudaSuccess) {
     return status;
+  }
+  if (most == 0) {
+    out->why_not = "this GPU has no thread-block clusters (sm_90 on)";
+    return cudaSuccess;
   }
   int64_t columns = 8;
   int shift = 3;
@@ -694,6 +680,9 @@ cudaError_t plan(int64_t batch, int64_t state, MmaPlan* out) {
   const int64_t rows = round_up(batch, 16);
   const int64_t units = (rows / 16) * (columns / 8);
   if (units > kWarps || batch * columns > kRounds * kMmaThreads) {
+    out->why_not =
+        "the batch takes more warps and items than a cluster "
+        "block has";
     return cudaSuccess;
   }
   const int64_t kp = blocks * columns;
@@ -712,10 +701,13 @@ cudaError_t plan(int64_t batch, int64_t state, MmaPlan* out) {
       splits * (Backward ? 1 : 3) * slab * int64_t(sizeof(float)) +
       2 * int64_t(sizeof(uint64_t)); // and the buffers' barriers
   if (bytes > limits.shared_bytes) {
+    out->why_not =
+        "W_h's slices and the batch do not fit in the shared "
+        "memory of one cluster";
     return cudaSuccess;
   }
-  out->fits = true;
-  out->tiling = MmaTiling{
+  out->kernel = SequenceKernel::kClusterMma;
+  out->mma = MmaTiling{
       static_cast<int>(columns),
       shift,
       static_cast<int>(rows),
@@ -728,22 +720,14 @@ cudaError_t plan(int64_t batch, int64_t state, MmaPlan* out) {
 }
 
 template <typename T, bool Backward, typename Args>
-cudaError_t launch(const Args& args, cudaStream_t stream) {
-  if (args.steps == 0 || args.batch == 0 || args.state == 0) {
-    return cudaSuccess;
-  }
-  MmaPlan p{};
-  const cudaError_t status = plan<T, Backward>(args.batch, args.state, &p);
-  if (status != cudaSuccess) {
-    return status;
-  }
-  if (!p.fits) {
-    return cudaErrorNotSupported;
-  }
+cudaError_t launch_cluster_mma(
+    const Args& args,
+    const SequencePlan& plan,
+    cudaStream_t stream) {
   Args a = args;
-  MmaTiling tiling = p.tiling;
+  MmaTiling tiling = plan.mma;
   void* params[] = {&a, &tiling};
-  ClusterLaunch launch(p.blocks, kMmaThreads, p.shared_bytes, stream);
+  ClusterLaunch launch(plan.blocks, kMmaThreads, plan.shared_bytes, stream);
   const void* kernel = Backward
       ? reinterpret_cast<const void*>(&cluster_mma_backward_kernel<T>)
       : reinterpret_cast<const void*>(&cluster_mma_forward_kernel<T>);
@@ -752,40 +736,31 @@ cudaError_t launch(const Args& args, cudaStream_t stream) {
   return launched != cudaSuccess ? launched : cudaGetLastError();
 }
 
-} // namespace
-
-template <typename T>
-bool cluster_mma_fits(int64_t batch, int64_t state, bool backward) {
-  MmaPlan p{};
-  const cudaError_t status = backward ? plan<T, true>(batch, state, &p)
-                                      : plan<T, false>(batch, state, &p);
-  if (status != cudaSuccess) {
-    (void)cudaGetLastError(); // a failed query is a "no", not a later error
-    return false;
-  }
-  return p.fits;
-}
-
 template <typename T>
 cudaError_t launch_cluster_mma_forward(
     const SequenceForwardArgs<T>& args,
+    const SequencePlan& plan,
     cudaStream_t stream) {
-  return launch<T, false>(args, stream);
+  return launch_cluster_mma<T, false>(args, plan, stream);
 }
 
 template <typename T>
 cudaError_t launch_cluster_mma_backward(
     const SequenceBackwardArgs<T>& args,
+    const SequencePlan& plan,
     cudaStream_t stream) {
-  return launch<T, true>(args, stream);
+  return launch_cluster_mma<T, true>(args, plan, stream);
 }
 
-#define LLTM_INSTANTIATE(T)                                  \
-  template bool cluster_mma_fits<T>(int64_t, int64_t, bool); \
-  template cudaError_t launch_cluster_mma_forward<T>(        \
-      const SequenceForwardArgs<T>&, cudaStream_t);          \
-  template cudaError_t launch_cluster_mma_backward<T>(       \
-      const SequenceBackwardArgs<T>&, cudaStream_t);
+#define LLTM_INSTANTIATE(T)                                              \
+  template cudaError_t plan_cluster_mma<T, false>(                       \
+      int64_t, int64_t, SequencePlan*);                                  \
+  template cudaError_t plan_cluster_mma<T, true>(                        \
+      int64_t, int64_t, SequencePlan*);                                  \
+  template cudaError_t launch_cluster_mma_forward<T>(                    \
+      const SequenceForwardArgs<T>&, const SequencePlan&, cudaStream_t); \
+  template cudaError_t launch_cluster_mma_backward<T>(                   \
+      const SequenceBackwardArgs<T>&, const SequencePlan&, cudaStream_t);
 
 LLTM_INSTANTIATE(__half)
 LLTM_INSTANTIATE(__nv_bfloat16)

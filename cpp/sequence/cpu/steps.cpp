@@ -1,0 +1,68 @@
+// The CPU's steps path: per step ATen's CPU GEMM (MKL or OpenBLAS), past the
+// dispatcher and in place into the step's buffer, and the cell's pointwise
+// kernel (loops.h). It runs every block, in every dtype.
+#include "cpp/sequence/cpu/loops.h"
+#include "cpp/sequence/cpu/model.h"
+#include "cpp/sequence/path.h"
+
+#include <ATen/ops/addmm_cpu_dispatch.h>
+#include <ATen/ops/mm_cpu_dispatch.h>
+
+namespace lltm::sequence::cpu_paths {
+namespace {
+
+struct BlasGemm {
+  BlasGemm(
+      const at::Tensor& weights,
+      const Sizes& sizes,
+      PackedWeights* packed,
+      bool backward)
+      : w_(backward ? packed_w_h(weights, sizes.state_size, packed)
+                    : packed_w_h_t(weights, sizes.state_size, packed)) {}
+
+  // Z_t = P_t + h W_h^T, over P_t in z.
+  at::Tensor forward(at::Tensor& z, const at::Tensor& h) const {
+    at::cpu::addmm_(z, h, w_);
+    return z;
+  }
+
+  // dZ_t W_h, into `out`.
+  at::Tensor backward(const at::Tensor& dz, at::Tensor& out) const {
+    at::cpu::mm_out(out, dz, w_);
+    return out;
+  }
+
+ private:
+  at::Tensor w_; // W_h^T [S, 3S] forward, W_h [3S, S] backward
+};
+
+// Every block.
+std::optional<Plan> plan(const Block& /*block*/, std::string* /*why_not*/) {
+  return Plan{};
+}
+
+// Fitted by scripts/fit_cpu_paths.py (cpu/model.h).
+constexpr Costs kCosts{
+    {2078.0, 2.47, 22040.4, 15132.6},
+    {2196.2, 2.79, 20620.9, 17126.1},
+    {2794.1, 4.84, 36970.0, 29335.2}};
+
+double estimate(const Block& block) {
+  return estimate_us(kCosts, block);
+}
+
+const Path kSteps{
+    "steps",
+    c10::DeviceType::CPU,
+    10,
+    &plan,
+    nullptr,
+    &estimate,
+    &gemm_forward<BlasGemm>,
+    &gemm_backward<BlasGemm>};
+
+} // namespace
+
+LLTM_REGISTER_SEQUENCE_PATH(kSteps);
+
+} // namespace lltm::sequence::cpu_paths
