@@ -108,14 +108,20 @@ def tests(session: nox.Session) -> None:
     _pytest(session)
 
 
+# The tests of the ops, by folder: the ops, the cell and the sequence ops (not
+# the packaging, docs and benchmark tests, which run no kernel of their own).
+# The sanitize session runs them, and leaves out torch.compile (Inductor's
+# generated code is not lltm's, and is slow to build under ASan) and the leak
+# test (ASan's quarantine keeps freed memory resident on purpose).
+KERNEL_TESTS = ["ops", "cell", "sequence"]
+
 # LLTM_TEST_THREADS=N (the CI job on the free-threaded CPython sets it): after
-# the suite, the suite again with each test run in N threads at once
-# (pytest-run-parallel), less torch.library.opcheck and torch.compile, whose
-# torch-internal caches are not thread-safe (they fail so with the GIL too),
-# and test_deploy.py: torch.export and AOTInductor trace with the same
-# machinery, and N AOTInductor compiles at once would take minutes.
+# the suite, the tests of the ops (KERNEL_TESTS) again with each test run in
+# N threads at once (pytest-run-parallel), less torch.library.opcheck and
+# torch.compile, whose torch-internal caches are not thread-safe (they fail
+# so with the GIL too).
 TEST_THREADS = os.environ.get("LLTM_TEST_THREADS", "")
-THREAD_UNSAFE_IN_TORCH = "not opcheck and not torch_compile and not test_deploy"
+THREAD_UNSAFE_IN_TORCH = "not opcheck and not torch_compile"
 
 
 def _pytest(session: nox.Session) -> None:
@@ -127,6 +133,7 @@ def _pytest(session: nox.Session) -> None:
         session.run(
             *("python", "-m", "pytest", "-p", "no:cacheprovider", "-q"),
             *(f"--parallel-threads={TEST_THREADS}", "-k", THREAD_UNSAFE_IN_TORCH),
+            *KERNEL_TESTS,
         )
     session.chdir(ROOT)
 
@@ -186,21 +193,6 @@ def cuda_build(session: nox.Session) -> None:
     _pytest(session)
 
 
-# The tests the sanitize session runs, and the ones it leaves out: torch.compile
-# (Inductor's generated code is not lltm's, and is slow to build under ASan)
-# and the leak test (ASan's quarantine keeps freed memory resident on purpose).
-SANITIZE_TESTS = [
-    "test_ops.py",
-    "test_cell.py",
-    "test_sequence.py",
-    "test_layer_options.py",
-    "test_path_choice.py",
-    "test_errors.py",
-    "test_bad_inputs.py",
-    "test_properties.py",
-    "test_leaks_autocast.py",
-    "test_tutorial_api.py",
-]
 SANITIZE_SKIP = "not compile and not memory_stays_flat"
 
 
@@ -253,7 +245,7 @@ def sanitize(session: nox.Session) -> None:
         "--capture=sys",
         "-k",
         SANITIZE_SKIP,
-        *SANITIZE_TESTS,
+        *KERNEL_TESTS,
         *session.posargs,
         env=env,
     )

@@ -60,7 +60,7 @@ wait "$gpu1"
   fi
   if wants sanitize; then
     bash scripts/gpu-sequence-check.sh "$work/sanitize" sanitize
-    LLTM_SANITIZER_TESTS="tests/test_cell.py tests/test_cuda.py" \
+    LLTM_SANITIZER_TESTS="tests/cell" \
       LLTM_SANITIZER_K="not compile and not graph and not 64bit and not launches and not bfloat16 and not float16" \
       bash scripts/gpu-check.sh "$work/initcheck" initcheck
   fi

@@ -58,7 +58,7 @@ if wants jit; then
   LLTM_BACKEND=jit step "jit load (cached)" jit.log \
     "$py" -c "import time; t = time.perf_counter(); import lltm; print('import lltm:', round(time.perf_counter() - t, 1), 's')"
   LLTM_BACKEND=jit step "jit tests" jit.log timeout 300 "$py" -m pytest -p no:cacheprovider -q -rs -m cuda \
-    tests/test_ops.py tests/test_tutorial_api.py tests/test_errors.py tests/test_cuda.py
+    tests/ops tests/cell
 fi
 if wants profile; then
   step profile profile.log timeout 120 "$py" scripts/profile_step.py

@@ -7,7 +7,7 @@
 #   leaks      10,000 forward+backward steps of the cell and of the layer
 #              (memory_allocated flat), and autocast (CUDA bf16 and fp16)
 #   large      LLTM_TEST_LARGE=1: batch * 3 * state > 2**31 for the cell and
-#              the per-step sequence path (tests/test_large.py, ~40 GB)
+#              the per-step sequence path (tests/cell, LLTM_TEST_LARGE, ~40 GB)
 #   sanitizer  compute-sanitizer memcheck, racecheck, synccheck and
 #              initcheck side by side over the CUDA tests, in shards, with
 #              PYTORCH_NO_CUDA_MEMORY_CACHING=1
@@ -29,13 +29,13 @@ if wants build; then
 fi
 if wants properties; then
   LLTM_HYPOTHESIS_PROFILE=gpu step properties properties.log timeout 150 \
-    "$py" -m pytest -p no:cacheprovider -q -rs -m cuda --hypothesis-show-statistics tests/test_properties.py
+    "$py" -m pytest -p no:cacheprovider -q -rs -m cuda --hypothesis-show-statistics tests/ops -k properties
 fi
 if wants leaks; then
-  step "leaks+autocast" leaks.log timeout 120 "$py" -m pytest -p no:cacheprovider -q -rs -s -m cuda tests/test_leaks_autocast.py
+  step "leaks+autocast" leaks.log timeout 120 "$py" -m pytest -p no:cacheprovider -q -rs -s -m cuda tests/ops -k "memory_stays_flat or autocast"
 fi
 if wants large; then
-  LLTM_TEST_LARGE=1 step large large.log timeout 120 "$py" -m pytest -p no:cacheprovider -q -rs -s tests/test_large.py tests/test_cuda.py -k "2_31 or 64bit"
+  LLTM_TEST_LARGE=1 step large large.log timeout 120 "$py" -m pytest -p no:cacheprovider -q -rs -s tests/cell -k "2_31 or 64bit"
 fi
 if wants sanitizer; then
   # The caching allocator hides out-of-bounds accesses inside its slabs, so
@@ -56,7 +56,7 @@ if wants sanitizer; then
   rm -f "$out"/*-shard-*
   # shellcheck disable=SC2086 # LLTM_SANITIZER_TESTS holds words
   "$py" -m pytest -p no:cacheprovider -q --collect-only -m cuda -k "$keep" \
-    ${LLTM_SANITIZER_TESTS:-tests/test_ops.py tests/test_sequence.py tests/test_leaks_autocast.py tests/test_cell.py tests/test_tutorial_api.py tests/test_cuda.py} |
+    ${LLTM_SANITIZER_TESTS:-tests/ops tests/sequence tests/cell} |
     grep '::' >"$out/sanitizer-tests.txt"
   for tool in memcheck racecheck synccheck initcheck; do
     if [[ $tool == initcheck ]]; then

@@ -2,7 +2,7 @@
 # nn.LSTM's options of LLTMLayer (bidirectional, dropout, PackedSequence) on a
 # GPU machine, in calls of under ten minutes each:
 #   build     pip install --no-build-isolation, LLTM_CUDA=1, for the H200 only
-#   tests     tests/test_layer_options.py and tests/test_sequence.py, CUDA
+#   tests     tests/sequence, CUDA
 #             cases, every path
 #   sanitize  compute-sanitizer memcheck (caching allocator off) over the
 #             packed and bidirectional cases of every path: the segments'
@@ -12,7 +12,7 @@
 #             the sequence sweep's grid in float32 (TF32 off) and float16;
 #             packed batches (lengths uniform in [T/4, T]) against cuDNN's
 #             packed LSTM and against the same batch padded
-#   deploy    tests/test_deploy.py's CUDA cases (AOTInductor in a fresh
+#   deploy    the deploy tests' CUDA cases (AOTInductor in a fresh
 #             process, with its control)
 # Usage: scripts/gpu-options-check.sh [OUT_DIR [STEP...]]  (default: every step)
 # Writes summary.txt, a log per step and the benchmark JSON and Markdown to
@@ -31,14 +31,14 @@ if wants build; then
   build_step
 fi
 if wants tests; then
-  # LLTM_TESTS: the test files, space-separated (default: both).
-  read -ra test_files <<<"${LLTM_TESTS:-tests/test_layer_options.py tests/test_sequence.py}"
+  # LLTM_TESTS: the test folders, space-separated (default: the sequence's).
+  read -ra test_files <<<"${LLTM_TESTS:-tests/sequence}"
   step tests tests.log timeout "${LLTM_TEST_TIMEOUT:-240}" "$py" -m pytest "${test_files[@]}" \
     -m cuda -p no:cacheprovider -q -rs --durations=10
 fi
 if wants sanitize; then
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 step memcheck sanitize.log timeout 120 \
-    "${sanitizer[@]}" --tool memcheck "$py" -m pytest tests/test_layer_options.py \
+    "${sanitizer[@]}" --tool memcheck "$py" -m pytest tests/sequence \
     -p no:cacheprovider -q -m cuda \
     -k "(packed_matches and (mixed or all-different)) or (padded_matches and given-state and L2) or bitwise"
 fi
@@ -61,7 +61,7 @@ if wants bench; then
   done
 fi
 if wants deploy; then
-  step deploy deploy.log timeout 150 "$py" -m pytest tests/test_deploy.py -m cuda \
+  step deploy deploy.log timeout 150 "$py" -m pytest tests/packaging -k deploy -m cuda \
     -p no:cacheprovider -q -rs
 fi
 print_summary

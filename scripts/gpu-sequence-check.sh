@@ -3,7 +3,7 @@
 # two-GPU kind (nvidia-h200-x2) so that the DDP step has its two GPUs:
 #   build     pip install --no-build-isolation, LLTM_CUDA=1 (skip it when
 #             scripts/gpu-check.sh built this checkout in the same call)
-#   tests     tests/test_sequence.py and tests/test_examples.py, CUDA cases
+#   tests     tests/sequence and tests/docs (the examples), CUDA cases
 #             on every path (persistent kernel, fused steps, per-step loop)
 #   sanitize  compute-sanitizer over the sequence CUDA tests: memcheck
 #             (caching allocator off), then racecheck, synccheck and
@@ -47,22 +47,22 @@ if wants build; then
   build_step
 fi
 if wants tests; then
-  step tests tests.log timeout 300 "$py" -m pytest tests/test_sequence.py tests/test_examples.py \
+  step tests tests.log timeout 300 "$py" -m pytest tests/sequence tests/docs \
     -p no:cacheprovider -q -rs --durations=10
 fi
 if wants sanitize; then
   # torch.compile and CUDA graphs are too slow under the sanitizer, or need
   # the caching allocator; opcheck repeats what the other tests run.
-  cuda_tests=(tests/test_sequence.py -p no:cacheprovider -q -m cuda -k "${LLTM_MEMCHECK_K:-not compile and not graph and not opcheck}")
+  cuda_tests=(tests/sequence -p no:cacheprovider -q -m cuda -k "${LLTM_MEMCHECK_K:-not compile and not graph and not opcheck and not options}")
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 step memcheck sanitize.log timeout 240 \
     "${sanitizer[@]}" --tool memcheck "$py" -m pytest "${cuda_tests[@]}"
-  # Every path's kernels (paths_agree runs all three) and the fused kernel's
-  # tiles at the edges of their sizes.
+  # Every path's kernels (paths_of_a_device_agree runs each) and the fused
+  # kernel's tiles at the edges of their sizes.
   for tool in racecheck synccheck initcheck; do
     step "$tool" sanitize.log timeout 150 \
       "${sanitizer[@]}" --tool "$tool" "$py" -m pytest \
-      tests/test_sequence.py -p no:cacheprovider -q -m cuda \
-      -k "${LLTM_SANITIZER_K:-(paths_agree and float32 and not B300) or (fused_tiles and (B1- or B17 or B300))}"
+      tests/sequence -p no:cacheprovider -q -m cuda \
+      -k "${LLTM_SANITIZER_K:-(paths_of_a_device_agree and float32 and cuda and not B300) or (fused_tiles and (B1- or B17 or B300))}"
   done
 fi
 # tables MD NAME... [OPTION...]: scripts/bench_tables.py over the $out/NAME.json

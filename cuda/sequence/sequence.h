@@ -197,8 +197,9 @@ struct SequencePlan {
 };
 
 // The plan's variant, as lltm.paths_that_ran names it: "grid" (or "block",
-// one block), "simt", "mma", "chunked/64x64/coop" (or ".../step": a launch
-// per step), "held", "mma/16x64/coop".
+// one block), "simt/8x16" (rows x columns a block of each cluster), "mma",
+// "chunked/64x64/coop" (or ".../step": a launch per step), "held",
+// "mma/16x64/coop".
 inline std::string variant_of(const SequencePlan& plan) {
   const auto tiled = [&](const char* kernel) {
     return std::string(kernel) + "/" + std::to_string(plan.tile_rows) + "x" +
@@ -209,7 +210,8 @@ inline std::string variant_of(const SequencePlan& plan) {
     case SequenceKernel::kGrid:
       return plan.blocks == 1 ? "block" : "grid";
     case SequenceKernel::kClusterSimt:
-      return "simt";
+      return "simt/" + std::to_string(plan.cluster.rows) + "x" +
+          std::to_string(plan.cluster.columns);
     case SequenceKernel::kClusterMma:
       return "mma";
     case SequenceKernel::kFusedChunked:

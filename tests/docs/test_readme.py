@@ -10,7 +10,7 @@ import torch
 
 import lltm
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = [
     README,

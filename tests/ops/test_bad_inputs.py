@@ -20,7 +20,7 @@ import pytest
 import bad_inputs
 from helpers import run_python
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[1]  # tests/, where bad_inputs.py is
 
 
 def group_of(entry: str) -> str:

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("sklearn", reason="examples/train_digits.py needs scikit-learn")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "train_digits.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "train_digits.py"
 TWO_PROCESSES = (
     sys.executable,
     "-m",

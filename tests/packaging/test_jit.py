@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_build import avx_reached_from_baseline_code
 
 import lltm
 from helpers import make_inputs, run_python
 from lltm import _C, jit
-from test_build import avx_reached_from_baseline_code
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # A stand-in _build_info: the prebuilt module "was built" for torch 2.99.
 FAKE_OTHER_TORCH = """

@@ -222,7 +222,7 @@ def test_every_cpu_capability(capability: str) -> None:
         "-c",
         CAPABILITY_CHECK,
         env={"ATEN_CPU_CAPABILITY": capability},
-        cwd=Path(__file__).parent,
+        cwd=Path(__file__).resolve().parents[1],  # tests/, where helpers.py is
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
@@ -289,6 +289,9 @@ def test_cell_paths_match_the_reference(
     """Each path of the cell's GEMMs, forced with LLTM_CELL_PATH, gives the reference's step."""
     monkeypatch.setenv("LLTM_CELL_PATH", path)
     args = make_inputs(batch, features, state, device="cuda", requires_grad=True)
+    ran = lltm.paths_that_ran(lambda: lltm.lltm(*args)[0].sum().backward())
+    assert ran["cell"] == [path]
+    assert ran["cell_backward"] == ["small" if path == "small" else "cublas"]
     new_h, new_cell = lltm.lltm(*args)
     grads = torch.autograd.grad(new_h.sum() + 2 * new_cell.sum(), args)
     for got, want in zip((new_h, new_cell, *grads), reference_step(args), strict=True):
@@ -360,11 +363,21 @@ def test_cell_path_errors(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("batch", [1, 64, 65, 128])
-def test_small_and_cublas_paths_agree(dtype: torch.dtype, batch: int) -> None:
+def test_small_and_cublas_paths_agree(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, batch: int
+) -> None:
     """The GEMMs in lltm's own kernels (small problems) and in cuBLAS give the same step."""
     for features, state in ((32, 128), (100, 30)):
         args = make_inputs(batch, features, state, device="cuda", dtype=dtype, requires_grad=True)
-        new_h, new_cell = lltm.lltm(*args)
-        grads = torch.autograd.grad(new_h.sum() + 2 * new_cell.sum(), args)
-        for got, want in zip((new_h, new_cell, *grads), reference_step(args), strict=True):
-            assert_close_to_reference(got, want)
+        steps = {}
+        for path in ("small", "cublas"):
+            monkeypatch.setenv("LLTM_CELL_PATH", path)
+            ran = lltm.paths_that_ran(lambda a=args: lltm.lltm(*a))
+            assert ran["cell"] == [path]
+            new_h, new_cell = lltm.lltm(*args)
+            grads = torch.autograd.grad(new_h.sum() + 2 * new_cell.sum(), args)
+            steps[path] = (new_h, new_cell, *grads)
+            for got, want in zip(steps[path], reference_step(args), strict=True):
+                assert_close_to_reference(got, want)
+        for small, cublas in zip(steps["small"], steps["cublas"], strict=True):
+            torch.testing.assert_close(small, cublas)

@@ -1,0 +1,152 @@
+"""CUDA's cluster path (sm_90 on): each kernel of its plans at its edges, proven by
+the plan that ran: on CUDA cores ("cluster/simt/<rows>x<columns>") and on tensor
+cores ("cluster/mma"), and where it cannot hold a block, the reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import lltm
+from helpers import assert_close_to_reference
+from lltm.reference import lltm_sequence_reference
+from sequences import (
+    make_sequence,
+    matches_the_reference_bit_for_bit,
+    set_device_path,
+    shape_id,
+    with_grads,
+)
+
+pytestmark = pytest.mark.cuda
+
+
+def assert_plans(
+    ran: tuple[list[str], list[str]],
+    shape: tuple[int, int, int, int],
+    dtype: torch.dtype,
+    kernels: tuple[str, ...],
+) -> None:
+    """Each direction ran the plan lltm.paths names for it, of one of `kernels`."""
+    steps, batch, features, state = shape
+    for backward, plans in zip((False, True), ran, strict=True):
+        want = lltm.paths.plan(
+            "cluster",
+            device="cuda",
+            dtype=dtype,
+            steps=steps,
+            batch=batch,
+            input_features=features,
+            state_size=state,
+            backward=backward,
+        )
+        assert plans == [want]
+        assert want.startswith(kernels), want
+
+
+# The cluster's kernels (sm_90 on: 16 blocks of 512 threads on an H200) at
+# the edges of their regime: one step, one row, states that leave blocks
+# without a column (5, 33), and in float32 the shared memory's edge at state
+# 512 (W_h's slice of 32 columns, and the double-buffered tile: batch 2 in
+# the backward, 8 in the forward). On CUDA cores (float32) clusters take the
+# batch in tiles of rows (64 items a block where those clusters run at once):
+# two tiles (batch 16 at state 128), a short last tile (20), eight tiles
+# (64), tiles grown to run at once (264 rows).
+CLUSTER_SHAPES = [
+    (1, 1, 3, 5),
+    (3, 7, 5, 33),
+    (4, 16, 8, 128),
+    (3, 20, 4, 128),
+    (2, 33, 4, 128),
+    (3, 64, 4, 128),
+    (2, 264, 4, 128),
+    (3, 16, 4, 256),
+    (2, 1, 8, 512),
+    (5, 2, 8, 512),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("shape", CLUSTER_SHAPES, ids=shape_id)
+def test_cuda_cluster_at_its_edges(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, shape: tuple[int, int, int, int]
+) -> None:
+    set_device_path(monkeypatch, "cuda", "cluster")
+    ran = matches_the_reference_bit_for_bit(make_sequence(*shape, device="cuda", dtype=dtype))
+    # float32's clusters are on CUDA cores; float16's on tensor cores where those fit.
+    assert_plans(ran, shape, dtype, ("cluster/simt/",) if dtype == torch.float32 else ("cluster/",))
+
+
+# The cluster's kernels on tensor cores (cuda/sequence/persistent/cluster_mma.cu: float16
+# and bfloat16, sm_90 on) at the edges of their regime: one row, one step;
+# one column a block (state 5: four blocks, three without a column), blocks
+# without a column (33, 200); a second row tile; the most rows whose
+# backward tiles fit in shared memory at each state (128 at 128, 48 at 256,
+# 16 at 512), with up to two epilogue items a thread (batch * columns a
+# block <= 1024).
+CLUSTER_MMA_SHAPES = [
+    (1, 1, 3, 5),
+    (3, 7, 5, 33),
+    (4, 16, 8, 128),
+    (2, 17, 4, 128),
+    (3, 30, 3, 200),
+    (2, 128, 4, 128),
+    (2, 48, 4, 256),
+    (3, 16, 8, 512),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", CLUSTER_MMA_SHAPES, ids=shape_id)
+def test_cuda_cluster_on_tensor_cores_at_its_edges(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, shape: tuple[int, int, int, int]
+) -> None:
+    set_device_path(monkeypatch, "cuda", "cluster")
+    ran = matches_the_reference_bit_for_bit(make_sequence(*shape, device="cuda", dtype=dtype))
+    # Batch 1 takes the CUDA cores where they fit (their exchange is the faster one there).
+    kernels = ("cluster/",) if shape[1] == 1 else ("cluster/mma",)
+    assert_plans(ran, shape, dtype, kernels)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_cuda_cluster_forward_on_tensor_cores_alone(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype
+) -> None:
+    """Batch 64 at state 256: the forward fits (8 tiles a block, two warps each), the
+    backward's tiles do not, so the forward runs without a graph, saving nothing.
+    """
+    set_device_path(monkeypatch, "cuda", "cluster")
+    args = make_sequence(3, 64, 4, 256, device="cuda", dtype=dtype, requires_grad=False)
+    ran = lltm.paths_that_ran(lambda: lltm.lltm_sequence(*args))
+    assert ran["forward"] == ["cluster/mma"]
+    got = lltm.lltm_sequence(*args)
+    want = lltm_sequence_reference(*[a.double().cpu() for a in args])
+    for g, w in zip(got, want, strict=True):
+        assert_close_to_reference(g.cpu(), w)
+    for g, again in zip(got, lltm.lltm_sequence(*args), strict=True):
+        assert torch.equal(g, again)
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [
+        ((2, 600, 4, 128), torch.float32),  # tiles of more items than threads
+        ((2, 40, 8, 512), torch.float32),  # the backward's tile too large
+        ((2, 600, 4, 128), torch.float16),  # too many rows for tensor cores too
+    ],
+    ids=lambda v: "T{}-B{}-F{}-S{}".format(*v) if isinstance(v, tuple) else str(v),
+)
+def test_cuda_cluster_refuses_what_it_cannot_hold(
+    monkeypatch: pytest.MonkeyPatch, shape: tuple[int, int, int, int], dtype: torch.dtype
+) -> None:
+    set_device_path(monkeypatch, "cuda", "cluster")
+    args = make_sequence(*shape, device="cuda", dtype=dtype)
+    steps, batch, features, state = shape
+    with pytest.raises(
+        RuntimeError,
+        match=f"LLTM_SEQUENCE_PATH=cluster, but the cluster path cannot run a (forward|backward) "
+        f"of steps = {steps}, batch = {batch}, input_features = {features}, "
+        f"state_size = {state} in {str(dtype).removeprefix('torch.')} here: ",
+    ):
+        with_grads(lltm.lltm_sequence, args)

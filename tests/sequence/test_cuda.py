@@ -1,0 +1,89 @@
+"""The sequence ops on CUDA alone: forcing a path, streams, CUDA graphs, devices."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import lltm
+from helpers import assert_a_graph_replays_the_layer, assert_close_to_reference
+from lltm.reference import lltm_sequence_reference
+from sequences import (
+    CUDA_PATHS,
+    make_sequence,
+    reference_with_grads,
+    set_device_path,
+    with_grads,
+)
+
+pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture(params=CUDA_PATHS)
+def cuda_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """LLTM_SEQUENCE_PATH for a CUDA-only test, set to each path in turn."""
+    set_device_path(monkeypatch, "cuda", request.param)
+    return str(request.param)
+
+
+def test_cuda_bad_path_and_a_state_too_large_for_the_persistent_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    args = make_sequence(2, 2, 3, 4, device="cuda", dtype=torch.float32, requires_grad=False)
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "fast")
+    names = ", ".join(CUDA_PATHS)
+    with pytest.raises(
+        ValueError,
+        match=f"LLTM_SEQUENCE_PATH=fast: expected auto or a sequence path of the CUDA: {names}",
+    ):
+        lltm.lltm_sequence(*args)
+    # W_h of state 2048 in float32 is 50 MB: more than the GPU's shared memory.
+    big = make_sequence(1, 1, 1, 2048, device="cuda", dtype=torch.float32, requires_grad=False)
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "persistent")
+    with pytest.raises(
+        RuntimeError,
+        match="LLTM_SEQUENCE_PATH=persistent, but the persistent path cannot run a forward of "
+        "steps = 1, batch = 1, input_features = 1, state_size = 2048 in float32 here: W_h's "
+        "slices do not fit in the shared memory of its multiprocessors",
+    ):
+        lltm.lltm_sequence(*big)
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "auto")  # falls back to the steps
+    torch.testing.assert_close(
+        lltm.lltm_sequence(*big)[0].double().cpu(),
+        lltm_sequence_reference(*[a.double().cpu() for a in big])[0],
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+@pytest.mark.usefixtures("cuda_path")
+def test_cuda_runs_on_the_current_stream() -> None:
+    base = make_sequence(8, 16, 32, 128, device="cuda", dtype=torch.float32, requires_grad=False)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(100_000_000)
+        args = [(a * 1).requires_grad_() for a in base]  # written after the sleep
+        got = with_grads(lltm.lltm_sequence, args)
+    side.synchronize()
+    for g, w in zip(got, reference_with_grads(base), strict=True):
+        assert_close_to_reference(g.cpu(), w)
+
+
+@pytest.mark.usefixtures("cuda_path")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_cuda_graph_capture_and_replay(dtype: torch.dtype) -> None:
+    """The fused steps' cooperative launch (one per direction) is a graph node too."""
+    layer = lltm.LLTMLayer(32, 128).to("cuda", dtype)
+    assert_a_graph_replays_the_layer(layer, torch.randn(16, 16, 32, device="cuda", dtype=dtype))
+
+
+@pytest.mark.skipif(
+    torch.cuda.device_count() < 2, reason="needs two GPUs: inputs on cuda:1, current device 0"
+)
+@pytest.mark.usefixtures("cuda_path")
+def test_cuda_on_a_second_device() -> None:
+    args = make_sequence(4, 8, 5, 16, device="cuda:1", dtype=torch.float32)
+    for g, w in zip(with_grads(lltm.lltm_sequence, args), reference_with_grads(args), strict=True):
+        assert g.device == torch.device("cuda:1")
+        assert_close_to_reference(g.cpu(), w)
