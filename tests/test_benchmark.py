@@ -22,6 +22,9 @@ from helpers import run_python
 from lltm import benchmark
 from lltm.benchmark import cell
 from lltm.benchmark import sequence as seq
+from lltm.benchmark.sequence import run as seq_run
+from lltm.benchmark.sequence import timing, variants
+from lltm.benchmark.sequence.precision import precision_switches
 
 # scripts/bench_tables.py, imported as a module by the sweep test.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
@@ -289,19 +292,19 @@ def test_graph_time_replays_and_failures() -> None:
         assert ms >= 1.0
         return lambda: log.append("stall")
 
-    g = seq._graph_time_with(Graph, Event, lambda: None, stall_for, replays=None, seconds=0.01)
+    g = timing._graph_time_with(Graph, Event, lambda: None, stall_for, replays=None, seconds=0.01)
     assert g.error is None
     # 2 ms per replay, 10 ms of budget: 5 replays, the GPU stalled before them.
     assert (g.median_ms, g.min_ms, g.replays) == (2.0, 2.0, 5)
     assert log[-7:] == ["stall", *["replay"] * 5, "sync"]
-    g = seq._graph_time_with(Graph, Event, lambda: None, stall_for, replays=3, seconds=9.0)
+    g = timing._graph_time_with(Graph, Event, lambda: None, stall_for, replays=3, seconds=9.0)
     assert g.replays == 3
 
     def refuse() -> Graph:
         msg = "operation not permitted when stream is capturing\nmore"
         raise RuntimeError(msg)
 
-    g = seq._graph_time_with(refuse, Event, lambda: None, stall_for, replays=None, seconds=1.0)
+    g = timing._graph_time_with(refuse, Event, lambda: None, stall_for, replays=None, seconds=1.0)
     assert g.median_ms is None
     assert g.error == "RuntimeError: operation not permitted when stream is capturing"
     # Not on CUDA: no graph, and why.
@@ -311,19 +314,19 @@ def test_graph_time_replays_and_failures() -> None:
 def test_a_path_that_does_not_fit_or_is_unknown_is_n_a(monkeypatch: pytest.MonkeyPatch) -> None:
     """RuntimeError (does not fit) and ValueError (unknown path, as 'fused' before it exists)."""
 
-    def failing(exc: Exception) -> seq._Variant:
+    def failing(exc: Exception) -> variants.Variant:
         def forward() -> torch.Tensor:
             raise exc
 
-        return seq._Variant(forward, "fused", [])
+        return variants.Variant(forward, "fused", [])
 
     leaf = torch.ones(3, requires_grad=True)
     cases = {
         "layer-fused": failing(ValueError("LLTM_SEQUENCE_PATH=fused: expected auto, persistent")),
         "layer-persistent": failing(RuntimeError("the persistent kernel cannot hold W_h\nmore")),
-        "nn.LSTM": seq._Variant(lambda: leaf * 2, None, [leaf]),
+        "nn.LSTM": variants.Variant(lambda: leaf * 2, None, [leaf]),
     }
-    monkeypatch.setattr(seq, "_variants", lambda *_: (dict(cases), {}))
+    monkeypatch.setattr(seq_run, "build_variants", lambda *_: (dict(cases), {}))
     rows = seq.run_sequence(2, 1, 3, 4, runs=2, warmup=1, variants=list(cases), progress=False)
     by = {r["variant"]: r for r in rows}
     assert by["layer-fused"]["error"] == "LLTM_SEQUENCE_PATH=fused: expected auto, persistent"
@@ -342,9 +345,9 @@ def test_cuda_variants_on_the_cpu_and_precisions() -> None:
     # float32-defaults: cuDNN's TF32 on for the run, and back afterwards.
     before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
     seen = []
-    with seq._precision(seq.PRECISIONS["float32-defaults"]):
+    with precision_switches(seq.PRECISIONS["float32-defaults"]):
         seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
-    with seq._precision(seq.PRECISIONS["float32"]):
+    with precision_switches(seq.PRECISIONS["float32"]):
         seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
     assert seen == [(True, False), (False, False)]
     assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before
@@ -494,8 +497,8 @@ def test_graph_time_cuda_calls_with_a_fake_torch_cuda(monkeypatch: pytest.Monkey
     }
     for name, fake in fakes.items():
         monkeypatch.setattr(torch.cuda, name, fake, raising=False)
-    monkeypatch.setattr(seq, "_SIDE_STREAMS", {})
-    monkeypatch.setattr(seq, "_CYCLES_PER_MS", {0: 1000.0})
+    monkeypatch.setattr(timing, "_SIDE_STREAMS", {})
+    monkeypatch.setattr(timing, "_CYCLES_PER_MS", {0: 1000.0})
     leaf = torch.ones(3, requires_grad=True)
     steps = []
 
@@ -503,7 +506,7 @@ def test_graph_time_cuda_calls_with_a_fake_torch_cuda(monkeypatch: pytest.Monkey
         steps.append("step")
         return leaf * 2
 
-    v = seq._Variant(forward, "steps", [leaf])
+    v = variants.Variant(forward, "steps", [leaf])
     g = seq.graph_time(v, torch.device("cuda"), warmup=2, estimate_ms=1.0, seconds=0.004)
     assert g.error is None
     assert (g.median_ms, g.replays) == (1.0, 4)
@@ -518,10 +521,10 @@ def test_graph_time_cuda_calls_with_a_fake_torch_cuda(monkeypatch: pytest.Monkey
         raise RuntimeError(msg)
 
     # The spin kernel's calibration, once per GPU.
-    seq._CYCLES_PER_MS.clear()
-    assert seq._stall(torch.device("cuda"), 2.0) is not None
-    assert 0 in seq._CYCLES_PER_MS
-    g = seq.graph_time(seq._Variant(fail, None, [leaf]), torch.device("cuda"))
+    timing._CYCLES_PER_MS.clear()
+    assert timing._stall(torch.device("cuda"), 2.0) is not None
+    assert 0 in timing._CYCLES_PER_MS
+    g = seq.graph_time(variants.Variant(fail, None, [leaf]), torch.device("cuda"))
     assert g.error == "RuntimeError: CUDA error: operation not permitted when stream is capturing"
 
 
@@ -561,13 +564,15 @@ def test_the_options_variants_and_their_inputs() -> None:
     """What each variant runs: both directions, the packed batch, and the same batch padded."""
     cpu = torch.device("cpu")
     options = seq.LayerOptions(bidirectional=True)
-    cases, errors = seq._variants(["layer", "nn.LSTM"], 5, 3, 2, 4, torch.float32, cpu, options)
+    cases, errors = variants.build_variants(
+        ["layer", "nn.LSTM"], 5, 3, 2, 4, torch.float32, cpu, options
+    )
     assert errors == {}
     assert cases["layer"].forward().shape == (5, 3, 8)  # both directions' h_t
     assert cases["nn.LSTM"].forward().shape == (5, 3, 8)
     names = ["loop-lltm", "layer", "layer-padded", "nn.LSTM"]
     options = seq.LayerOptions(packed=True, lengths_seed=4)
-    cases, errors = seq._variants(names, 8, 6, 2, 4, torch.float32, cpu, options)
+    cases, errors = variants.build_variants(names, 8, 6, 2, 4, torch.float32, cpu, options)
     assert set(errors) == {"loop-lltm"}
     lengths = seq.packed_lengths(8, 6, seed=4)
     tokens, longest = int(lengths.sum()), int(lengths.max())
@@ -960,12 +965,12 @@ def test_random_and_inference_need_their_modes(
 def test_inference_times_the_forward_alone() -> None:
     """The timed call of an inference variant: the forward under inference_mode, no grads."""
     cpu = torch.device("cpu")
-    cases, _ = seq._variants(["layer", "nn.LSTM"], 4, 2, 3, 5, torch.float32, cpu)
+    cases, _ = variants.build_variants(["layer", "nn.LSTM"], 4, 2, 3, 5, torch.float32, cpu)
     seen = []
     for case in cases.values():
         forward = case.forward
 
-        def spy(forward: seq.Step = forward) -> torch.Tensor:
+        def spy(forward: variants.Step = forward) -> torch.Tensor:
             seen.append(torch.is_inference_mode_enabled())
             return forward()
 

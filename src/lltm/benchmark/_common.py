@@ -24,6 +24,12 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (its type's name where it has none), for a table cell."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 def progress(message: str) -> None:
     """A progress line on stderr, so that stdout holds the report alone."""
     print(message, file=sys.stderr, flush=True)  # noqa: T201

@@ -1,0 +1,236 @@
+"""The variants of a sequence run: the loops, the layer (default and forced paths), nn.LSTM."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
+
+import lltm
+from lltm.reference import lltm_reference, lltm_sequence_reference
+
+from .sizes import LayerOptions, packed_lengths
+
+__all__ = [
+    "CUDA_VARIANTS",
+    "PACKED_VARIANTS",
+    "SWEEP_VARIANTS",
+    "VARIANTS",
+    "Step",
+    "Variant",
+    "build_variants",
+    "default_variants",
+    "forcing",
+    "not_applicable",
+]
+
+VARIANTS = (
+    "loop-python",
+    "loop-lltm",
+    "layer",
+    "layer-padded",
+    "layer-persistent",
+    "layer-cluster",
+    "layer-steps",
+    "layer-fused",
+    "nn.LSTM",
+)
+# The forced paths: LLTM_SEQUENCE_PATH for each, which exists on CUDA only.
+_FORCED_PATHS = {
+    "layer-persistent": "persistent",
+    "layer-cluster": "cluster",
+    "layer-steps": "steps",
+    "layer-fused": "fused",
+}
+CUDA_VARIANTS = tuple(_FORCED_PATHS)
+# The speedup goals' variants: the layer against nn.LSTM.
+SWEEP_VARIANTS = ("layer", "nn.LSTM")
+# The packed goal's variants.
+PACKED_VARIANTS = ("layer", "layer-padded", "nn.LSTM")
+# What a variant times: one forward, returning the tensor whose sum the backward starts from.
+Step = Callable[[], Tensor]
+
+
+@contextlib.contextmanager
+def forcing(path: str | None) -> Iterator[None]:
+    """Set LLTM_SEQUENCE_PATH for the calls inside (read by the op at each call)."""
+    if path is None:
+        yield
+        return
+    old = os.environ.get("LLTM_SEQUENCE_PATH")
+    os.environ["LLTM_SEQUENCE_PATH"] = path
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["LLTM_SEQUENCE_PATH"]
+        else:
+            os.environ["LLTM_SEQUENCE_PATH"] = old
+
+
+def not_applicable(name: str, options: LayerOptions) -> str | None:
+    """Why variant ``name`` cannot run with ``options`` (None: it can)."""
+    if name.startswith("loop-") and (options.bidirectional or options.packed):
+        return f"the loops run one direction over every step: not with {options.label}"
+    if name == "layer-padded" and not options.packed:
+        return "only with packed (the layer on the packed batch, padded)"
+    return None
+
+
+def default_variants(device: str | torch.device, options: LayerOptions | None = None) -> list[str]:
+    """The variants that :func:`run_sequence` runs when given none: all that apply here."""
+    device = torch.device(device)
+    options = options or LayerOptions()
+    return [
+        n
+        for n in VARIANTS
+        if (device.type == "cuda" or n not in CUDA_VARIANTS) and not_applicable(n, options) is None
+    ]
+
+
+@dataclass
+class Variant:
+    """One variant's forward, its forced path and the leaves whose grads it clears."""
+
+    forward: Step
+    path: str | None
+    leaves: list[Tensor]
+    # Facts for the variant's row (nn.LSTM: whether its weights are flat).
+    info: dict[str, Any] = field(default_factory=dict)
+    # Whether it calls the sequence op, whose paths its row then names.
+    sequence_op: bool = False
+    # Time the forward alone, under torch.inference_mode(), instead of step().
+    inference: bool = False
+
+    def clear_grads(self) -> None:
+        """Drop the leaves' grads, so that the next backward writes fresh ones."""
+        for t in self.leaves:
+            t.grad = None
+
+    def step(self) -> None:
+        """One forward + backward; the grads land in the leaves' ``.grad``."""
+        self.forward().sum().backward()
+
+    def call(self) -> None:
+        """What is timed: :meth:`step`, or with ``inference`` the forward alone, no graph."""
+        if self.inference:
+            with torch.inference_mode():
+                self.forward()
+        else:
+            self.step()
+
+
+def _inputs(
+    x: Tensor, options: LayerOptions
+) -> tuple[Tensor | PackedSequence, Tensor, Tensor | None]:
+    """What the layer and nn.LSTM take, the leaf of it that needs grad, and the padded batch.
+
+    Unpacked, ``x`` itself (made a leaf), and no padded batch. Packed, the
+    batch zeroed past each sequence's end and packed once, here, so that the
+    timed calls hold no packing; and a copy of it cut at the longest
+    sequence (what ``pad_packed_sequence`` would give) for ``layer-padded``.
+    """
+    if not options.packed:
+        return x.requires_grad_(), x, None
+    steps, batch = x.shape[:2]
+    lengths = packed_lengths(steps, batch, options.lengths_seed)
+    inside = torch.arange(steps)[:, None] < lengths[None, :]
+    x = x * inside.to(device=x.device, dtype=x.dtype).unsqueeze(-1)
+    packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+    data = packed.data.detach().requires_grad_()
+    sequences = PackedSequence(
+        data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices
+    )
+    padded = x[: int(lengths.max())].detach().clone().requires_grad_()
+    return sequences, data, padded
+
+
+def build_variants(
+    names: Sequence[str],
+    steps: int,
+    batch: int,
+    features: int,
+    state: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    options: LayerOptions | None = None,
+) -> tuple[dict[str, Variant], dict[str, str]]:
+    """The variants in ``names`` that can run here, and why the others cannot.
+
+    Only what the named variants need is allocated: a sweep of the layer and
+    nn.LSTM builds no cell.
+    """
+    options = options or LayerOptions()
+    # Drawn where it is used: on the CPU, the sweep's largest inputs (half a
+    # billion numbers) would take seconds each.
+    gen = torch.Generator(device=device).manual_seed(42)
+    x = torch.randn(steps, batch, features, generator=gen, device=device).to(dtype)
+    source, leaf, padded = _inputs(x, options)
+
+    def output_of(module: nn.Module) -> Step:
+        # A packed output's data is all its steps (no padding to sum over).
+        if isinstance(source, PackedSequence):
+            return lambda: module(source)[0].data
+        return lambda: module(source)[0]
+
+    cases: dict[str, Variant] = {}
+    errors = {n: why for n in names if (why := not_applicable(n, options)) is not None}
+    names = [n for n in names if n not in errors]
+    layer: lltm.LLTMLayer | None = None
+    if any(n in ("layer", "layer-padded") or n in _FORCED_PATHS for n in names):
+        layer = lltm.LLTMLayer(features, state, bidirectional=options.bidirectional)
+        layer.to(device=device, dtype=dtype)
+    if any(n.startswith("loop-") for n in names):
+        cell = lltm.LLTM(features, state).to(device=device, dtype=dtype)
+        if layer is not None:
+            with torch.no_grad():
+                cell.weights.copy_(layer.weights_l0)
+                cell.bias.copy_(layer.bias_l0)
+        zeros = torch.zeros(batch, state, device=device, dtype=dtype)
+
+        def loop(step: Callable[..., tuple[Tensor, Tensor]]) -> Step:
+            return lambda: lltm_sequence_reference(
+                x, cell.weights, cell.bias, zeros, zeros, cell=step
+            )[0]
+
+        leaves = [*cell.parameters(), x]
+        loops = {"loop-python": lltm_reference, "loop-lltm": lltm.lltm}
+        for name, fn in loops.items():
+            if name in names:
+                cases[name] = Variant(loop(fn), None, leaves)
+    if layer is not None:
+        leaves = [*layer.parameters(), leaf]
+        for name in ("layer", *_FORCED_PATHS):
+            if name not in names:
+                continue
+            if name in _FORCED_PATHS and device.type != "cuda":
+                errors[name] = "CUDA only"
+                continue
+            cases[name] = Variant(
+                output_of(layer), _FORCED_PATHS.get(name), leaves, sequence_op=True
+            )
+        if "layer-padded" in names and padded is not None:
+            cases["layer-padded"] = Variant(
+                lambda: layer(padded)[0], None, [*layer.parameters(), padded], sequence_op=True
+            )
+    if "nn.LSTM" in names:
+        lstm = nn.LSTM(features, state, bidirectional=options.bidirectional)
+        lstm.to(device=device, dtype=dtype)
+        # .to() may leave the weights in separate chunks; cuDNN then copies
+        # them at every call. bf16 cannot be flattened (it stays a no-op).
+        lstm.flatten_parameters()
+        # One storage for all weights is what cuDNN needs not to copy them
+        # (the CPU has no such thing: None).
+        weights = getattr(lstm, "_flat_weights", None) or list(lstm.parameters())
+        storages = {w.untyped_storage().data_ptr() for w in weights}
+        flat = len(storages) == 1 if device.type == "cuda" else None
+        cases["nn.LSTM"] = Variant(
+            output_of(lstm), None, [*lstm.parameters(), leaf], {"weights_flat": flat}
+        )
+    return cases, errors
