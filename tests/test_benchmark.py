@@ -337,9 +337,10 @@ def test_a_path_that_does_not_fit_or_is_unknown_is_n_a(monkeypatch: pytest.Monke
 
 def test_cuda_variants_on_the_cpu_and_precisions() -> None:
     rows = seq.run_sequence(
-        2, 2, 3, 4, runs=1, warmup=1, variants=["layer", "layer-fused"], progress=False
+        2, 2, 3, 4, runs=1, warmup=1, variants=["layer", "layer-persistent"], progress=False
     )
-    assert rows[1] == {**rows[1], "variant": "layer-fused", "error": "CUDA only"}
+    error = "no persistent path on cpu (its paths: steps, onednn, fused)"
+    assert rows[1] == {**rows[1], "variant": "layer-persistent", "error": error}
     default = seq.run_sequence(2, 1, 2, 3, runs=1, warmup=1, progress=False)
     assert [r["variant"] for r in default] == ["loop-python", "loop-lltm", "layer", "nn.LSTM"]
     # float32-defaults: cuDNN's TF32 on for the run, and back afterwards.

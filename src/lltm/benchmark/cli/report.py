@@ -86,10 +86,15 @@ def sequence_config(
 def sweep_report(
     config: dict[str, Any], results: list[dict[str, Any]], *, packed: bool
 ) -> dict[str, Any]:
-    """A sweep's report: its rows, their summary and, ``packed``, the packed goal's summary."""
+    """A sweep's report: its rows, their summary and, ``packed``, the packed goal's summary.
+
+    Beside forced paths, also the default path choice's summary against them.
+    """
     report = {"config": config, "results": results, "summary": seq.sweep_summary(results)}
     if packed:
         report["packed_summary"] = seq.packed_summary(results)
+    if (forced := seq.forced_summary(results))["precisions"]:
+        report["forced_summary"] = forced
     return report
 
 
@@ -100,7 +105,11 @@ def sequence_report(
     *,
     packed: bool,
 ) -> dict[str, Any]:
-    """A run at sizes: its rows and, per device, the summaries over its sizes and precisions."""
+    """A run at sizes: its rows and, per device, the summaries over its sizes and precisions.
+
+    ``packed``: also the packed goal's; beside forced paths, also the default
+    path choice's against them.
+    """
     by_device = {str(d): [r for r in results if r["device"] == str(d)] for d in devices}
     report = {
         "config": config,
@@ -109,6 +118,9 @@ def sequence_report(
     }
     if packed:
         report["packed_summary"] = {d: seq.packed_summary(rows) for d, rows in by_device.items()}
+    forced = {d: seq.forced_summary(rows) for d, rows in by_device.items()}
+    if any(f["precisions"] for f in forced.values()):
+        report["forced_summary"] = forced
     return report
 
 

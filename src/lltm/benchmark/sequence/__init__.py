@@ -12,11 +12,15 @@ before each clock read. Variants:
 * ``loop-python``: :func:`lltm.reference.lltm_sequence_reference`, a Python
   loop of the eager cell, differentiated by autograd;
 * ``loop-lltm``: the same loop of :func:`lltm.lltm`;
-* ``layer``: :class:`lltm.LLTMLayer`, one op call per direction; on CUDA
-  also ``layer-persistent``, ``layer-cluster``, ``layer-steps`` and
-  ``layer-fused``, with ``LLTM_SEQUENCE_PATH`` forcing each path (``layer``
-  takes the one ``auto`` picks). A forced path that does not fit, or that this build does not know,
-  is reported as n/a;
+* ``layer``: :class:`lltm.LLTMLayer`, one op call per direction, on the
+  path that the op chooses;
+* ``layer-<path>``: the same layer with ``LLTM_SEQUENCE_PATH`` forcing
+  each path of the device (:func:`forced_paths`; on CUDA they run by
+  default, on the CPU on request). A forced path that cannot run a size and
+  dtype is n/a with the op's error (or, where the op left its blocks to
+  another path, with the paths that ran). Beside ``layer``, each point
+  gives the default choice's wall time / the fastest forced path's
+  (``default_vs_forced``, :func:`forced_summary`);
 * ``layer-padded`` (``packed`` only): the same layer on the same batch
   padded to its longest sequence, the lengths ignored;
 * ``nn.LSTM``: PyTorch's LSTM at the same sizes (cuDNN on the GPU, oneDNN
@@ -93,6 +97,7 @@ from .summary import (
     PACKED_GOAL,
     SPEEDUP_GOAL_MEDIAN,
     SPEEDUP_GOAL_WORST,
+    forced_summary,
     packed_summary,
     sweep_summary,
 )
@@ -110,6 +115,8 @@ from .variants import (
     SWEEP_VARIANTS,
     VARIANTS,
     default_variants,
+    forced_paths,
+    forced_variants,
     not_applicable,
 )
 
@@ -139,6 +146,9 @@ __all__ = [
     "default_variants",
     "describe",
     "draw_sizes",
+    "forced_paths",
+    "forced_summary",
+    "forced_variants",
     "format_sequence_markdown",
     "format_sequence_summary",
     "format_sequence_table",

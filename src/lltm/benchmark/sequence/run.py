@@ -21,6 +21,7 @@ from .summary import row_setting
 from .timing import GraphTime, gpu_measures, timed, warm_up
 from .variants import (
     PACKED_VARIANTS,
+    PATH_VARIABLE,
     SWEEP_VARIANTS,
     VARIANTS,
     Variant,
@@ -58,6 +59,27 @@ def _paths(v: Variant) -> lltm.PathsThatRan | None:
         return None
     finally:
         v.clear_grads()
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a variant cannot run: the line of ``exc`` that names the forced path, else its first."""
+    named = [line for line in str(exc).splitlines() if PATH_VARIABLE in line]
+    return named[0].strip() if named else first_line(exc)
+
+
+def _not_forced(path: str | None, ran: lltm.PathsThatRan) -> str | None:
+    """Why the blocks that ``ran`` are not the forced ``path``'s (None: they are, or none forced).
+
+    The op may leave a block that the forced path cannot run to its usual
+    choice: its time is then not the forced path's.
+    """
+    others = sorted({p for p in ran["forward"] + ran["backward"] if p != path})
+    if path is None or not others:
+        return None
+    return (
+        f"{PATH_VARIABLE}={path}, but blocks ran {', '.join(others)}: the {path} path does not run "
+        "these sizes and dtype here"
+    )
 
 
 def path_label(paths: lltm.PathsThatRan | None) -> str | None:
@@ -123,8 +145,9 @@ def run_sequence(
         warmup: untimed iterations per variant first (at least 1).
         rounds: how often the variants take turns.
         variants: a subset of :data:`VARIANTS` (default: all that run on
-            ``device`` with these options, :func:`default_variants`; one for
-            CUDA only is n/a elsewhere, as is one that the options rule out).
+            ``device`` with these options, :func:`default_variants`; a forced
+            path of another device is n/a, as is a variant that the options
+            rule out).
         gpu_time: on CUDA, also time each variant as a CUDA graph replay.
         launches: on CUDA, count each variant's GPU operations (torch.profiler).
         progress: report each round on stderr.
@@ -153,9 +176,14 @@ def run_sequence(
         ``padded_steps`` (the longest length: ``layer-padded``'s T) and
         ``fill`` (the tokens / ``batch * padded_steps``), and the ``layer``
         row ``packed_vs_padded`` (its wall median / ``layer-padded``'s: below
-        1 the packing saves time). A variant that cannot run here (a path
-        forced where it does not fit, or unknown to this build; CUDA-only;
-        ruled out by the options; out of memory) has ``error`` instead of times.
+        1 the packing saves time). Beside forced paths, the ``layer`` row
+        has ``best_forced`` (the fastest forced variant) and
+        ``default_vs_forced`` (its wall median / that one's: above 1, a
+        forced path beat the default choice). A variant that cannot run here
+        (a forced path that cannot run this size and dtype, with the op's
+        error, or whose blocks ran another path; a path of another device or
+        unknown to this build; ruled out by the options; out of memory) has
+        ``error`` instead of times.
         Every row records ``inference``; a variant that calls the sequence op
         (``layer``, ``layer-padded``, the forced paths) also ``paths``, the
         path of each block of steps (:func:`lltm.paths_that_ran`), and
@@ -202,6 +230,28 @@ def run_sequence(
     return rows
 
 
+def _warm_up_all(
+    cases: dict[str, Variant],
+    names: list[str],
+    errors: dict[str, str],
+    device: torch.device,
+    warmup: int,
+) -> dict[str, float]:
+    """Warm each variant up; the seconds of its last call, or in ``errors`` why it cannot run."""
+    probe: dict[str, float] = {}
+    for name in names:
+        try:
+            probe[name] = warm_up(cases[name], device, warmup)
+        except (RuntimeError, ValueError) as e:
+            # RuntimeError: a forced path that cannot run here, or out of memory;
+            # ValueError: a path this build does not know.
+            errors[name] = _reason(e)
+            cases[name].clear_grads()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    return probe
+
+
 def _run_point(
     size: tuple[int, int, int, int],
     precision: Precision,
@@ -227,19 +277,7 @@ def _run_point(
     cases, errors = build_variants(names, *size, precision.dtype, device, options)
     for case in cases.values():
         case.inference = inference
-    probe: dict[str, float] = {}
-    for name in names:
-        if name in errors:
-            continue
-        try:
-            probe[name] = warm_up(cases[name], device, warmup)
-        except (RuntimeError, ValueError) as e:
-            # RuntimeError: a forced path that does not fit, or out of memory;
-            # ValueError: a path this build does not know.
-            errors[name] = first_line(e)
-            cases[name].clear_grads()
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+    probe = _warm_up_all(cases, [n for n in names if n not in errors], errors, device, warmup)
     live = [n for n in names if n not in errors]
     if runs is None:
         per_round = sum(probe[n] for n in live) or 1e-9
@@ -254,13 +292,20 @@ def _run_point(
                 errors[name] = first_line(e)
                 live.remove(name)
                 cases[name].clear_grads()
-    medians = {n: statistics.median(samples[n]) for n in live}
     # After the timed loop: the profiler's own cost stays out of the times.
     paths = {n: ran for n in live if (ran := _paths(cases[n])) is not None}
+    for name, ran in paths.items():
+        if (why := _not_forced(cases[name].path, ran)) is not None:
+            errors[name] = why
+            live.remove(name)
+    medians = {n: statistics.median(samples[n]) for n in live}
     graphs, counts = gpu_measures(
         cases, medians, device, seconds, gpu_time=gpu_time, launches=launches
     )
-    rows = _rows(size, precision, device, names, errors, samples, runs, graphs, counts, options)
+    forced = [n for n in live if cases[n].path is not None]
+    rows = _rows(
+        size, precision, device, names, errors, samples, runs, graphs, counts, options, forced
+    )
     for row in rows:
         row["inference"] = inference
         if row["variant"] in cases:
@@ -281,8 +326,13 @@ def _rows(
     graphs: dict[str, GraphTime],
     counts: dict[str, int | None],
     options: LayerOptions | None = None,
+    forced: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """The result rows of one point, as :func:`run_sequence` documents them."""
+    """The result rows of one point, as :func:`run_sequence` documents them.
+
+    ``forced``: the variants that ran a forced path, which the ``layer``'s
+    default choice is held against.
+    """
     options = options or LayerOptions()
     lengths = lengths_fields(size[0], size[1], options)
     steps, batch, features, state = size
@@ -334,6 +384,10 @@ def _rows(
             # The packed goal's ratio: below 1, the layer gains from the lengths.
             padded = medians.get("layer-padded")
             row["packed_vs_padded"] = medians[name] / padded if padded else None
+        if name == "layer" and (tried := {n: medians[n] for n in forced if n in medians}):
+            # The default choice's cost: above 1, a forced path beat it.
+            best = min(tried, key=tried.__getitem__)
+            row.update(best_forced=best, default_vs_forced=medians[name] / tried[best])
         results.append(row)
     return results
 
@@ -410,11 +464,13 @@ def run_sweep(
                 parts.append(f"{name} {r['median_ms']:.3g} ms{gpu}{path}")
             speedup = by.get("layer", {}).get("vs_lstm")
             padded = by.get("layer", {}).get("packed_vs_padded")
+            regret = by.get("layer", {}).get("default_vs_forced")
             setting = row_setting(rows[0]) if rows else p
             _progress(
                 f"[{i + 1}/{len(points)}] {setting} T={t} B={b} F={f} S={s}: {'; '.join(parts)}"
                 f"{f' -> {speedup:.2f}x' if speedup else ''}"
-                f"{f', packed/padded {padded:.2f}' if padded else ''} "
+                f"{f', packed/padded {padded:.2f}' if padded else ''}"
+                f"{f', default/forced {regret:.2f}' if regret else ''} "
                 f"({elapsed:.0f} s, ~{elapsed / (i + 1) * (len(points) - i - 1):.0f} s left)"
             )
     return results

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from .variants import forced_variants
 
 __all__ = [
     "HOST_RATIO_GOAL",
@@ -12,6 +14,7 @@ __all__ = [
     "SPEEDUP_GOAL_MEDIAN",
     "SPEEDUP_GOAL_WORST",
     "Grid",
+    "forced_summary",
     "grid_of",
     "packed_summary",
     "row_setting",
@@ -121,6 +124,41 @@ def sweep_summary(
     }
 
 
+def _where(r: dict[str, Any], key: str) -> dict[str, Any]:
+    """A row's ``key`` and where: its setting and size."""
+    return {
+        "value": r[key],
+        "precision": row_setting(r),
+        "steps": r["steps"],
+        "batch": r["batch"],
+        "features": r["features"],
+        "state": r["state"],
+    }
+
+
+def _ratios(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The rows' ``key`` (a ratio, lower is better): measured, missing, worst, best, median."""
+    found = [r for r in rows if r.get(key) is not None]
+    return {
+        "points": len(found),
+        "missing": len(rows) - len(found),
+        "worst": _where(max(found, key=lambda r: r[key]), key) if found else None,
+        "best": _where(min(found, key=lambda r: r[key]), key) if found else None,
+        "median": statistics.median(r[key] for r in found) if found else None,
+    }
+
+
+def _per_setting(
+    rows: list[dict[str, Any]], summarize: Callable[[list[dict[str, Any]]], dict[str, Any]]
+) -> dict[str, Any]:
+    """``summarize`` of the rows of each setting, and of all of them."""
+    settings = list(dict.fromkeys(row_setting(r) for r in rows))
+    return {
+        "precisions": {p: summarize([r for r in rows if row_setting(r) == p]) for p in settings},
+        "overall": summarize(rows),
+    }
+
+
 def packed_summary(results: Sequence[dict[str, Any]], variant: str = "layer") -> dict[str, Any]:
     """The packed goal's ratio: ``variant``'s packed wall time / ``layer-padded``'s.
 
@@ -132,36 +170,46 @@ def packed_summary(results: Sequence[dict[str, Any]], variant: str = "layer") ->
     precisions, and ``overall`` counts none.
     """
 
-    def where(r: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "value": r["packed_vs_padded"],
-            "precision": row_setting(r),
-            "steps": r["steps"],
-            "batch": r["batch"],
-            "features": r["features"],
-            "state": r["state"],
-        }
-
     def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-        found = [r for r in rows if r.get("packed_vs_padded") is not None]
-        ratios = [r["packed_vs_padded"] for r in found]
+        s = _ratios(rows, "packed_vs_padded")
         fills = [r["fill"] for r in rows if r.get("fill") is not None]
         return {
-            "points": len(found),
-            "missing": len(rows) - len(found),
-            "above_goal": sum(1 for v in ratios if v > PACKED_GOAL),
-            "worst": where(max(found, key=lambda r: r["packed_vs_padded"])) if found else None,
-            "best": where(min(found, key=lambda r: r["packed_vs_padded"])) if found else None,
-            "median": statistics.median(ratios) if ratios else None,
+            "points": s["points"],
+            "missing": s["missing"],
+            "above_goal": sum(1 for r in rows if (r.get("packed_vs_padded") or 0) > PACKED_GOAL),
+            "worst": s["worst"],
+            "best": s["best"],
+            "median": s["median"],
             "fill_median": statistics.median(fills) if fills else None,
         }
 
     rows = [r for r in results if r["variant"] == variant and r.get("packed")]
-    settings = list(dict.fromkeys(row_setting(r) for r in rows))
     return {
         "variant": variant,
         "base": "layer-padded",
         "goal": PACKED_GOAL,
-        "precisions": {p: summarize([r for r in rows if row_setting(r) == p]) for p in settings},
-        "overall": summarize(rows),
+        **_per_setting(rows, summarize),
+    }
+
+
+def forced_summary(results: Sequence[dict[str, Any]], variant: str = "layer") -> dict[str, Any]:
+    """The default path choice against the best forced path: ``variant``'s ``default_vs_forced``.
+
+    That is ``variant``'s wall time / the fastest forced variant's at the same
+    point (above 1: a forced path beat the default choice). Per precision
+    (with its options) and overall: ``points`` (measured), ``missing``
+    (points that ran forced variants, none of them to the end), ``worst``
+    (the largest ratio, and where), ``best`` and ``median``. No forced
+    variants: no precisions, and ``overall`` counts none.
+    """
+
+    def point(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (r["device"], row_setting(r), r["steps"], r["batch"], r["features"], r["state"])
+
+    tried = {point(r) for r in results if r["variant"] in forced_variants(r["device"])}
+    rows = [r for r in results if r["variant"] == variant and point(r) in tried]
+    return {
+        "variant": variant,
+        "base": "the best forced path",
+        **_per_setting(rows, lambda rows: _ratios(rows, "default_vs_forced")),
     }

@@ -13,6 +13,7 @@ from .summary import (
     SPEEDUP_GOAL_MEDIAN,
     SPEEDUP_GOAL_WORST,
     Grid,
+    forced_summary,
     grid_of,
     packed_summary,
     row_setting,
@@ -127,11 +128,41 @@ def _packed_tables(results: Sequence[dict[str, Any]], grid: Grid, variant: str) 
     return out
 
 
+def _forced_tables(results: Sequence[dict[str, Any]], grid: Grid, variant: str) -> list[str]:
+    """The default / best forced path of ``variant`` per point, and its summary (none unforced)."""
+    forced = forced_summary(results, variant)
+    if not forced["precisions"]:
+        return []
+
+    def cell(point: dict[str, dict[str, Any]]) -> str:
+        return num_text(point.get(variant, {}).get("default_vs_forced"), ".2f")
+
+    keys = [k for k, cells in grid.items() if any(cell(p) != "-" for p in cells.values())]
+    lines = ["| precision | points | worst | median | n/a |", "|---|---:|---|---:|---:|"]
+    entries = [*forced["precisions"].items()]
+    if len(entries) > 1:
+        entries.append(("all", forced["overall"]))
+    for p, s in entries:
+        median = num_text(s["median"], ".2f")
+        lines.append(
+            f"| {p} | {s['points']} | {at_point(s['worst'], '')} | {median} | {s['missing']} |"
+        )
+    return [
+        (
+            f"Default / best forced path: {variant_label(variant, results)}'s median wall time "
+            "/ the fastest forced path's (above 1: a forced path beat the default choice)."
+        ),
+        *(_grid_table(grid, key, ", default / best forced", cell) for key in keys),
+        "\n".join(lines),
+    ]
+
+
 def _drawn_table(results: Sequence[dict[str, Any]], variant: str, base: str, a: str, b: str) -> str:
     """Off-grid points (a random sweep's): a Markdown row each, in the order they ran.
 
     The columns that the grid gives tables of: the speedup, the packed /
-    padded ratio, the GPU time per step, the host ratio and the path.
+    padded ratio, the default / best forced path, the GPU time per step, the
+    host ratio and the path.
     """
     points: dict[tuple[str, int, int, int, int], dict[str, dict[str, Any]]] = {}
     for r in results:
@@ -139,6 +170,7 @@ def _drawn_table(results: Sequence[dict[str, Any]], variant: str, base: str, a: 
         points.setdefault(key, {})[r["variant"]] = r
     ours = [r for r in results if r["variant"] == variant]
     with_padded = any(r.get("packed") for r in ours)
+    with_forced = any(r.get("default_vs_forced") is not None for r in ours)
     with_gpu = any(r.get("gpu_us_per_step") is not None for r in results)
     with_host = any(r.get("host_ratio") is not None for r in results)
     with_paths = any(r.get("path") for r in ours)
@@ -146,6 +178,7 @@ def _drawn_table(results: Sequence[dict[str, Any]], variant: str, base: str, a: 
     rule = "|---|---|---:|---:|---:|---:|"
     for on, title, align in (
         (with_padded, "packed / padded", "---:|"),
+        (with_forced, "default / best forced", "---:|"),
         (with_gpu, f"µs/step {a} / {b}", "---:|"),
         (with_host, f"host ratio {a} / {b}", "---:|"),
         (with_paths, "path", "---|"),
@@ -164,6 +197,8 @@ def _drawn_table(results: Sequence[dict[str, Any]], variant: str, base: str, a: 
         )
         if with_padded:
             line += f" {num_text(ours_row.get('packed_vs_padded'), '.2f')} |"
+        if with_forced:
+            line += f" {num_text(ours_row.get('default_vs_forced'), '.2f')} |"
         if with_gpu:
             per_step = (_us(r.get("gpu_us_per_step")) for r in (ours_row, base_row))
             line += f" {' / '.join(per_step)} |"
@@ -259,6 +294,7 @@ def format_sweep_tables(
         )
         out += [table(key, ", path", path) for key in grid]
     out += _packed_tables(results, grid, variant)
+    out += _forced_tables(results, grid, variant)
     if any(r.get("gpu_us_per_step") is not None for r in results):
         if grid_rows("gpu_us_per_step"):
             out.append(

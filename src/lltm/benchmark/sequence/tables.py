@@ -10,7 +10,7 @@ import torch
 from .._common import platform
 from .precision import PRECISIONS
 from .sizes import LayerOptions, RandomSizes
-from .summary import PACKED_GOAL, packed_summary, row_setting, sweep_summary
+from .summary import PACKED_GOAL, forced_summary, packed_summary, row_setting, sweep_summary
 
 __all__ = [
     "at_point",
@@ -57,16 +57,30 @@ def _lengths_notes(results: Sequence[dict[str, Any]]) -> list[str]:
     return list(notes.values())
 
 
+def _forced_notes(results: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per point that ran forced paths: the default / the best of them, and both paths."""
+    return [
+        f"{_cells(r)[0]}, {row_setting(r)}: default / best forced path "
+        f"{r['default_vs_forced']:.2f} (layer ran {r.get('path') or '-'}; the best forced "
+        f"path was {r['best_forced']})"
+        for r in results
+        if r.get("default_vs_forced") is not None
+    ]
+
+
 def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
     """Render :func:`run_sequence`'s results as a fixed-width table.
 
     Packed, the ``layer`` row's ``/padded`` column is its wall time / the
-    padded layer's, and a line per point gives the lengths. ``path``, beside
-    the variant, is the sequence path of those that call the op
+    padded layer's, and a line per point gives the lengths. Beside forced
+    paths, its ``/forced`` column is its wall time / the fastest forced
+    variant's, and a line per point names both paths. ``path``, beside the
+    variant, is the sequence path of those that call the op
     (:func:`path_label`).
     """
     with_launches = any(r.get("launches") is not None for r in results)
     with_padded = any(r.get("packed") for r in results)
+    with_forced = any(r.get("default_vs_forced") is not None for r in results)
     with_paths = any(r.get("path") for r in results)
     width = max([18, *(len(row_setting(r)) + 2 for r in results)])
     # Left out where no row names a path (a run of the loops and nn.LSTM alone).
@@ -78,6 +92,8 @@ def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
     )
     if with_padded:
         header += f"{'/padded':>9}"
+    if with_forced:
+        header += f"{'/forced':>9}"
     if with_launches:
         header += f"{'kernels':>9}"
     lines = [header, "-" * len(header)]
@@ -96,6 +112,8 @@ def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
         )
         if with_padded:
             line += f"{num_text(r.get('packed_vs_padded'), '.2f'):>9}"
+        if with_forced:
+            line += f"{num_text(r.get('default_vs_forced'), '.2f'):>9}"
         if with_launches:
             line += f"{kernels:>9}"
         lines.append(line)
@@ -121,27 +139,41 @@ def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
             f"{PACKED_GOAL}); fill: the tokens / the padded batch's cells"
         )
         lines += _lengths_notes(results)
+    if with_forced:
+        lines.append(
+            "/forced: the layer's wall time / the fastest forced path's (above 1: a forced "
+            "path beat the default choice)"
+        )
+        lines += _forced_notes(results)
     return "\n".join(lines)
 
 
 def format_sequence_markdown(results: Sequence[dict[str, Any]]) -> str:
     """:func:`run_sequence`'s results as one Markdown table (times in ms)."""
     with_padded = any(r.get("packed") for r in results)
+    with_forced = any(r.get("default_vs_forced") is not None for r in results)
     with_paths = any(r.get("path") for r in results)
-    extra = (" packed / padded |" if with_padded else "") + (" path |" if with_paths else "")
+    extra = (
+        (" packed / padded |" if with_padded else "")
+        + (" default / best forced |" if with_forced else "")
+        + (" path |" if with_paths else "")
+    )
     lines = [
         "| T,B,F,S | precision | variant | wall ms | GPU ms | host ratio | vs nn.LSTM | "
         + "GPU vs nn.LSTM | kernels |"
         + extra,
         "|---|---|---|---:|---:|---:|---:|---:|---:|"
         + ("---:|" if with_padded else "")
+        + ("---:|" if with_forced else "")
         + ("---|" if with_paths else ""),
     ]
     for r in results:
         size, setting, host, kernels = _cells(r)
         head = f"| {size} | {setting} | {r['variant']} |"
         if "error" in r:
-            lines.append(f"{head} n/a | | | | | |" + " |" * (with_padded + with_paths))
+            lines.append(
+                f"{head} n/a | | | | | |" + " |" * (with_padded + with_forced + with_paths)
+            )
             continue
         line = (
             f"{head} {r['median_ms']:.3f} | {num_text(r.get('gpu_ms'))} | {host} | "
@@ -149,23 +181,27 @@ def format_sequence_markdown(results: Sequence[dict[str, Any]]) -> str:
         )
         if with_padded:
             line += f" {num_text(r.get('packed_vs_padded'), '.2f')} |"
+        if with_forced:
+            line += f" {num_text(r.get('default_vs_forced'), '.2f')} |"
         if with_paths:
             line += f" {r.get('path') or '-'} |"
         lines.append(line)
-    notes = [f"- {n}" for n in _lengths_notes(results)]
+    notes = [f"- {n}" for n in [*_lengths_notes(results), *_forced_notes(results)]]
     return "\n".join(lines + (["", *notes] if notes else []))
 
 
 def format_sequence_summary(results: Sequence[dict[str, Any]]) -> str:
     """The worst and median over the points of each device, where it ran several ('' if none).
 
-    The speedup of the layer over nn.LSTM and, packed, the packed / padded ratio.
+    The speedup of the layer over nn.LSTM; packed, the packed / padded ratio;
+    beside forced paths, the default / the best forced path.
     """
     lines = []
     for device in dict.fromkeys(r["device"] for r in results):
         rows = [r for r in results if r["device"] == device]
         speedups = sweep_summary(rows)["precisions"]
         padded = packed_summary(rows)["precisions"]
+        forced = forced_summary(rows)["precisions"]
         for setting, s in speedups.items():
             if s["points"] + s["missing"] < 2:
                 continue
@@ -180,6 +216,11 @@ def format_sequence_summary(results: Sequence[dict[str, Any]]) -> str:
                     f"{device}, {setting}, {p['points']} sizes: packed / padded: worst "
                     f"{at_point(p['worst'], '')}, median {p['median']:.2f}, {p['above_goal']} "
                     f"above {PACKED_GOAL} (median fill {p['fill_median']:.2f})"
+                )
+            if (f := forced.get(setting)) and f["points"] >= 2:
+                lines.append(
+                    f"{device}, {setting}, {f['points']} sizes: default / best forced path: "
+                    f"worst {at_point(f['worst'], '')}, median {f['median']:.2f}"
                 )
     return "\n".join(lines)
 

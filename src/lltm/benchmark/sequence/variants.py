@@ -20,35 +20,54 @@ from .sizes import LayerOptions, packed_lengths
 __all__ = [
     "CUDA_VARIANTS",
     "PACKED_VARIANTS",
+    "PATH_VARIABLE",
     "SWEEP_VARIANTS",
     "VARIANTS",
     "Step",
     "Variant",
     "build_variants",
     "default_variants",
+    "forced_path",
+    "forced_paths",
+    "forced_variants",
     "forcing",
     "not_applicable",
 ]
 
-VARIANTS = (
-    "loop-python",
-    "loop-lltm",
-    "layer",
-    "layer-padded",
-    "layer-persistent",
-    "layer-cluster",
-    "layer-steps",
-    "layer-fused",
-    "nn.LSTM",
-)
-# The forced paths: LLTM_SEQUENCE_PATH for each, which exists on CUDA only.
-_FORCED_PATHS = {
-    "layer-persistent": "persistent",
-    "layer-cluster": "cluster",
-    "layer-steps": "steps",
-    "layer-fused": "fused",
-}
-CUDA_VARIANTS = tuple(_FORCED_PATHS)
+# The variable that forces a path, read by the op at each call; its errors name it.
+PATH_VARIABLE = "LLTM_SEQUENCE_PATH"
+# The device types whose forced paths VARIANTS lists, CUDA's first.
+_DEVICE_TYPES = ("cuda", "cpu")
+# A forced variant is this prefix and the path's name.
+_FORCED_PREFIX = "layer-"
+
+
+def forced_paths(device: str | torch.device) -> tuple[str, ...]:
+    """The sequence paths of ``device``'s type that ``LLTM_SEQUENCE_PATH`` can force.
+
+    The one list of path names in the benchmark: the forced variants,
+    ``layer-<path>``, are made from it.
+    """
+    return {
+        "cuda": ("persistent", "cluster", "fused", "steps"),
+        "cpu": ("steps", "onednn", "fused"),
+    }.get(torch.device(device).type, ())
+
+
+def forced_variants(device: str | torch.device) -> tuple[str, ...]:
+    """``layer-<path>`` for each of :func:`forced_paths`: the layer with that path forced."""
+    return tuple(_FORCED_PREFIX + path for path in forced_paths(device))
+
+
+def forced_path(name: str, device: str | torch.device) -> str | None:
+    """The path that variant ``name`` forces on ``device`` (None: it forces none there)."""
+    return name.removeprefix(_FORCED_PREFIX) if name in forced_variants(device) else None
+
+
+# Every device's forced variants, once each.
+_FORCED = tuple(dict.fromkeys(v for d in _DEVICE_TYPES for v in forced_variants(d)))
+VARIANTS = ("loop-python", "loop-lltm", "layer", "layer-padded", *_FORCED, "nn.LSTM")
+CUDA_VARIANTS = forced_variants("cuda")
 # The speedup goals' variants: the layer against nn.LSTM.
 SWEEP_VARIANTS = ("layer", "nn.LSTM")
 # The packed goal's variants.
@@ -63,34 +82,44 @@ def forcing(path: str | None) -> Iterator[None]:
     if path is None:
         yield
         return
-    old = os.environ.get("LLTM_SEQUENCE_PATH")
-    os.environ["LLTM_SEQUENCE_PATH"] = path
+    old = os.environ.get(PATH_VARIABLE)
+    os.environ[PATH_VARIABLE] = path
     try:
         yield
     finally:
         if old is None:
-            del os.environ["LLTM_SEQUENCE_PATH"]
+            del os.environ[PATH_VARIABLE]
         else:
-            os.environ["LLTM_SEQUENCE_PATH"] = old
+            os.environ[PATH_VARIABLE] = old
 
 
-def not_applicable(name: str, options: LayerOptions) -> str | None:
-    """Why variant ``name`` cannot run with ``options`` (None: it can)."""
+def not_applicable(
+    name: str, options: LayerOptions, device: str | torch.device | None = None
+) -> str | None:
+    """Why variant ``name`` cannot run with ``options`` (on ``device``, where given; None: it can)."""
     if name.startswith("loop-") and (options.bidirectional or options.packed):
         return f"the loops run one direction over every step: not with {options.label}"
     if name == "layer-padded" and not options.packed:
         return "only with packed (the layer on the packed batch, padded)"
+    if device is not None and name in _FORCED and forced_path(name, device) is None:
+        paths = ", ".join(forced_paths(device)) or "none"
+        path = name.removeprefix(_FORCED_PREFIX)
+        return f"no {path} path on {torch.device(device).type} (its paths: {paths})"
     return None
 
 
 def default_variants(device: str | torch.device, options: LayerOptions | None = None) -> list[str]:
-    """The variants that :func:`run_sequence` runs when given none: all that apply here."""
+    """The variants that :func:`run_sequence` runs when given none: all that apply here.
+
+    The CPU's forced variants only on request: its default run stays short.
+    """
     device = torch.device(device)
     options = options or LayerOptions()
     return [
         n
         for n in VARIANTS
-        if (device.type == "cuda" or n not in CUDA_VARIANTS) and not_applicable(n, options) is None
+        if not_applicable(n, options, device) is None
+        and (device.type == "cuda" or n not in _FORCED)
     ]
 
 
@@ -180,10 +209,11 @@ def build_variants(
         return lambda: module(source)[0]
 
     cases: dict[str, Variant] = {}
-    errors = {n: why for n in names if (why := not_applicable(n, options)) is not None}
+    errors = {n: why for n in names if (why := not_applicable(n, options, device)) is not None}
     names = [n for n in names if n not in errors]
+    forced = {n: path for n in names if (path := forced_path(n, device)) is not None}
     layer: lltm.LLTMLayer | None = None
-    if any(n in ("layer", "layer-padded") or n in _FORCED_PATHS for n in names):
+    if any(n in ("layer", "layer-padded") or n in forced for n in names):
         layer = lltm.LLTMLayer(features, state, bidirectional=options.bidirectional)
         layer.to(device=device, dtype=dtype)
     if any(n.startswith("loop-") for n in names):
@@ -206,15 +236,9 @@ def build_variants(
                 cases[name] = Variant(loop(fn), None, leaves)
     if layer is not None:
         leaves = [*layer.parameters(), leaf]
-        for name in ("layer", *_FORCED_PATHS):
-            if name not in names:
-                continue
-            if name in _FORCED_PATHS and device.type != "cuda":
-                errors[name] = "CUDA only"
-                continue
-            cases[name] = Variant(
-                output_of(layer), _FORCED_PATHS.get(name), leaves, sequence_op=True
-            )
+        for name in ("layer", *forced):
+            if name in names:
+                cases[name] = Variant(output_of(layer), forced.get(name), leaves, sequence_op=True)
         if "layer-padded" in names and padded is not None:
             cases["layer-padded"] = Variant(
                 lambda: layer(padded)[0], None, [*layer.parameters(), padded], sequence_op=True
