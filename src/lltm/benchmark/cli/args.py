@@ -142,6 +142,11 @@ the goals of nn.LSTM's options, the layer against nn.LSTM with the same options:
   the CPU's, at T,B,F,S = 64,16,32,128:
     python -m lltm.benchmark --sequence --sizes 64x16x32x128 --bidirectional --device cpu
     python -m lltm.benchmark --sequence --sizes 64x16x32x128 --packed --device cpu
+each sequence path of the CPU forced, beside the default choice and nn.LSTM, in
+turns (/forced: the default's time / the best forced path's; vs LSTM: nn.LSTM's
+time / the variant's; --inference for the forward alone):
+  python -m lltm.benchmark --sequence --sizes 256x1x40x300,100x8x64x512 --device cpu \\
+      --variants {cpu_paths}
 """
 
 
@@ -155,7 +160,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "nn.LSTMCell and the GEMM floor. With --sequence, the LLTMLayer over whole\n"
         "sequences against nn.LSTM (--inference: the forward alone), with the path\n"
         "that the layer ran.",
-        epilog=_EPILOG,
+        epilog=_EPILOG.format(
+            cpu_paths=",".join(["layer", *seq.forced_variants("cpu"), "nn.LSTM"])
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-b", "--batch-size", type=_positive, default=None, help="default 16")
@@ -211,8 +218,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=lambda text: text.split(","),
         default=None,
         help=f"comma-separated subset of {','.join(VARIANTS)} (default: all; with "
-        f"--sequence, of {','.join(seq.VARIANTS)}, where layer-padded needs --packed and the "
-        f"loops neither --packed nor --bidirectional; --sweep: {','.join(seq.SWEEP_VARIANTS)}, "
+        f"--sequence, of {','.join(seq.VARIANTS)}, where layer-padded needs --packed, the "
+        "loops neither --packed nor --bidirectional, and layer-PATH forces a path of the "
+        f"device: CUDA's {','.join(seq.forced_paths('cuda'))} (run by default), the CPU's "
+        f"{','.join(seq.forced_paths('cpu'))}; --sweep: {','.join(seq.SWEEP_VARIANTS)}, "
         f"with --packed {','.join(seq.PACKED_VARIANTS)})",
     )
     sequence = parser.add_argument_group("sequences (--sequence)")
