@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 import torch
-from bench_helpers import run_benchmark
+from bench_helpers import bench_tables, run_benchmark
 
 from lltm.benchmark import cell
 
@@ -85,3 +87,37 @@ def test_plot(tmp_path: os.PathLike[str]) -> None:
     cell.plot(results, path)
     with open(path, "rb") as f:  # noqa: PTH123
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_markdown_of_a_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """cell.format_markdown, and bench_tables.py, which renders a report's file with it."""
+    result = cell.Result(
+        variant="lltm",
+        batch=2,
+        features=3,
+        state=4,
+        dtype="float32",
+        device="cpu",
+        grad="params",
+        forward_us={"median": 1234.0},
+        backward_us={"median": 2.0},
+        step_us={"median": 1236.4},
+        runs=5,
+        saved_bytes=2048,
+        speedup=1.5,
+    )
+    report = {"config": {"torch": "2.x", "threads": 2, "gpu": None}, "results": [asdict(result)]}
+    text = cell.format_markdown(report)
+    assert "**cpu, batch 2, features 3, state 4, float32, grad=params** (5 runs; torch 2.x, " in (
+        text
+    )
+    assert "| variant | fwd | bwd | fwd+bwd | speedup | x floor | saved KB |\n" in text
+    assert "| lltm | 1,234 | 2 | 1,236 | 1.50x | - | 2 |" in text
+    assert "launches" not in text
+    with_launches = asdict(result) | {"launches": {"forward": 3, "backward": 5}}
+    launched = cell.format_markdown(report | {"results": [with_launches]})
+    assert "| 1.50x | - | 2 | 3+5 |" in launched
+    path = tmp_path / "cell.json"
+    path.write_text(json.dumps(report))
+    bench_tables().main([str(path)])
+    assert capsys.readouterr().out.strip() == text.strip()

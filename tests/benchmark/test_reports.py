@@ -366,3 +366,49 @@ def test_the_path_that_the_layer_ran(capsys: pytest.CaptureFixture[str]) -> None
     }
     assert cells["nn.LSTM"] == cells["loop-lltm"] == "-"
     assert set(re.split(r"[/+]", cells["layer"])) <= KNOWN_PATHS
+
+
+def test_each_cpu_path_forced_beside_the_default_and_nn_lstm(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What compare_cpu_paths.py did: each path, the default and nn.LSTM, in turns."""
+    path = tmp_path / "forced.json"
+    names = ["layer", *seq.forced_variants("cpu"), "nn.LSTM"]
+    benchmark.main(
+        [
+            *("--sequence", "--sizes", "4x2x3x8,3x2x3x8", "--variants", ",".join(names)),
+            *("--device", "cpu", "--runs", "1", "--warmup", "1", "--json", str(path)),
+        ]
+    )
+    out = capsys.readouterr().out
+    report = json.loads(path.read_text())
+    rows = report["results"]
+    assert [(r["steps"], r["variant"]) for r in rows] == [(t, v) for t in (4, 3) for v in names]
+    assert all("error" not in r for r in rows)
+    forced = report["forced_summary"]["cpu"]["precisions"]["float32"]
+    assert (forced["points"], forced["missing"]) == (2, 0)
+    # The default against the best forced path, and nn.LSTM against the default.
+    for r in rows:
+        if r["variant"] == "layer":
+            assert r["best_forced"] in names
+            assert r["default_vs_forced"] > 0
+            assert r["vs_lstm"] > 0
+    header = next(line for line in out.splitlines() if line.startswith("T,B,F,S"))
+    assert header.rstrip().endswith("/forced")
+    assert "4,2,3,8, float32: default / best forced path " in out
+    assert "cpu, float32, 2 sizes: default / best forced path: worst " in out
+
+
+def test_one_forced_cpu_path_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    benchmark.main(
+        [
+            *("--sequence", "--sizes", "4x2x3x8", "--variants", "layer-onednn"),
+            *("--device", "cpu", "--runs", "1", "--warmup", "1", "--json", "-"),
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    (row,) = report["results"]
+    assert (row["variant"], row["path"]) == ("layer-onednn", "onednn")
+    assert row["median_ms"] > 0
+    # No layer to hold against it.
+    assert "forced_summary" not in report

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+from bench_helpers import run_benchmark
 
+import lltm
 from lltm.benchmark import sequence as seq
+from lltm.benchmark._common import profiler_logs_hidden
 from lltm.benchmark.sequence import run as seq_run
 from lltm.benchmark.sequence import variants
 from lltm.benchmark.sequence.precision import precision_switches
@@ -68,3 +73,107 @@ def test_path_label() -> None:
     assert label(["persistent"], ["cluster", "steps"]) == "persistent+cluster+steps"
     assert label([], []) == "-"
     assert seq.path_label(None) is None
+
+
+def test_each_cpu_path_forced_beside_the_default() -> None:
+    """Every forced variant runs its own path; the layer's row holds the default against them."""
+    forced = seq.forced_variants("cpu")
+    rows = seq.run_sequence(
+        4, 2, 3, 8, runs=2, warmup=1, variants=["layer", *forced, "nn.LSTM"], progress=False
+    )
+    by = {r["variant"]: r for r in rows}
+    for name in forced:
+        path = variants.forced_path(name, "cpu")
+        assert by[name]["median_ms"] > 0, by[name].get("error")
+        assert set(by[name]["paths"]["forward"] + by[name]["paths"]["backward"]) == {path}
+        assert by[name]["path"] == path
+        assert "default_vs_forced" not in by[name]
+    layer = by["layer"]
+    best = min(forced, key=lambda n: by[n]["median_ms"])
+    assert layer["best_forced"] == best
+    assert layer["default_vs_forced"] == pytest.approx(layer["median_ms"] / by[best]["median_ms"])
+    assert "default_vs_forced" not in by["nn.LSTM"]
+
+
+def test_a_forced_path_that_cannot_run_is_n_a_with_why() -> None:
+    """The CPU's onednn and fused take float32 alone: forced in float64, each is n/a."""
+    names = ["layer", "layer-onednn", "layer-fused", "layer-steps"]
+    rows = seq.run_sequence(
+        4, 2, 3, 8, torch.float64, runs=2, warmup=1, variants=names, progress=False
+    )
+    by = {r["variant"]: r for r in rows}
+    for path in ("onednn", "fused"):
+        row = by[f"layer-{path}"]
+        assert "median_ms" not in row
+        # The op's error, or where it ran another path instead, the paths that ran.
+        assert f"LLTM_SEQUENCE_PATH={path}" in row["error"]
+    assert by["layer-steps"]["median_ms"] > 0
+    # Held against the forced paths that ran.
+    assert by["layer"]["best_forced"] == "layer-steps"
+    assert "n/a: LLTM_SEQUENCE_PATH=onednn" in seq.format_sequence_table(rows)
+
+
+def test_the_reason_is_the_op_s_line_that_names_the_forced_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    message = (
+        "lltm_sequence_forward failed\n"
+        "LLTM_SEQUENCE_PATH=onednn, but the onednn path cannot run a forward in double\n"
+        "Exception raised from plan_block"
+    )
+
+    def forward() -> torch.Tensor:
+        raise RuntimeError(message)
+
+    leaf = torch.ones(3, requires_grad=True)
+    cases = {
+        "layer-onednn": variants.Variant(forward, "onednn", []),
+        "nn.LSTM": variants.Variant(lambda: leaf * 2, None, [leaf]),
+    }
+    monkeypatch.setattr(seq_run, "build_variants", lambda *_: (dict(cases), {}))
+    rows = seq.run_sequence(2, 1, 3, 4, runs=1, warmup=1, variants=list(cases), progress=False)
+    assert rows[0]["error"] == (
+        "LLTM_SEQUENCE_PATH=onednn, but the onednn path cannot run a forward in double"
+    )
+    assert rows[1]["median_ms"] > 0
+
+
+def test_blocks_of_another_path_make_a_forced_variant_n_a() -> None:
+    ran: lltm.PathsThatRan = {"forward": ["steps", "onednn"], "backward": ["onednn"]}
+    assert seq_run._not_forced(None, ran) is None
+    assert seq_run._not_forced("onednn", {"forward": ["onednn"], "backward": []}) is None
+    assert seq_run._not_forced("onednn", {"forward": [], "backward": []}) is None
+    assert seq_run._not_forced("onednn", ran) == (
+        "LLTM_SEQUENCE_PATH=onednn, but blocks ran steps: the onednn path does not run these "
+        "sizes and dtype here"
+    )
+
+
+def test_no_profiler_lines_in_the_output() -> None:
+    """torch.profiler's kineto logs USDT lines at each start and stop: none get out."""
+    result = run_benchmark(
+        *("--sequence", "--sizes", "4x2x3x8,3x2x3x8", "--variants", "layer,nn.LSTM"),
+        *("--device", "cpu", "--runs", "1", "--warmup", "1"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "\n4,2,3,8 " in result.stdout
+    for text in (result.stdout, result.stderr):
+        assert "USDT" not in text
+        assert "profiler_start" not in text
+
+
+def test_profiler_logs_hidden_keeps_every_other_line(capfd: pytest.CaptureFixture[str]) -> None:
+    layer, x = lltm.LLTMLayer(3, 4), torch.randn(5, 2, 3)
+    lltm.paths_that_ran(lambda: layer(x))  # kineto is set up, whatever ran before
+    capfd.readouterr()
+    with profiler_logs_hidden():
+        lltm.paths_that_ran(lambda: layer(x))
+        os.write(2, b"USDT:2026-01-01 10:00:00 1:1 Handler.cpp:52] profiler_start\n")
+        os.write(2, b"WARNING:2026-01-01 10:00:00 1:1 Handler.cpp:60] kept\n")
+        os.write(2, b"a line of the op's\n")
+    out, err = capfd.readouterr()
+    assert "USDT" not in err
+    assert "profiler_" not in err
+    assert "WARNING:2026-01-01 10:00:00 1:1 Handler.cpp:60] kept\n" in err
+    assert "a line of the op's\n" in err
+    assert out == ""

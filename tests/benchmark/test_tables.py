@@ -128,3 +128,55 @@ def test_sweep_heat_map_of_gpu_times(tmp_path: Path) -> None:
     path = tmp_path / "gpu.png"
     seq.plot_sweep(rows, str(path), metric="gpu")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_default_against_the_best_forced_path_from_known_rows() -> None:
+    """The /forced column, its notes, its summary line and its sweep tables."""
+    a, b = seq.forced_variants("cuda")[:2]
+    rows = []
+    for t, layer, times in ((2, 1.2, (1.0, 1.5)), (4, 2.0, (2.5, 2.0)), (8, 1.0, (None, None))):
+        tried = {n: ms for n, ms in zip((a, b), times, strict=True) if ms is not None}
+        best = min(tried, key=tried.__getitem__) if tried else None
+        forced = {"best_forced": best, "default_vs_forced": layer / tried[best]} if tried else {}
+        rows.append(sequence_row("layer", t, 1, layer) | {"path": "fused"} | forced)
+        for name, ms in zip((a, b), times, strict=True):
+            row = sequence_row(name, t, 1, ms or 1.0)
+            rows.append(
+                row | {"path": name.removeprefix("layer-")} if ms else row | {"error": "no"}
+            )
+    s = seq.forced_summary(rows)["precisions"]["float32"]
+    assert (s["points"], s["missing"]) == (2, 1)
+    assert s["worst"]["value"] == pytest.approx(1.2)
+    assert (s["worst"]["steps"], s["best"]["steps"]) == (2, 4)
+    assert s["median"] == pytest.approx(1.1)
+    table = seq.format_sequence_table(rows)
+    header = next(line for line in table.splitlines() if line.startswith("T,B,F,S"))
+    assert header.rstrip().endswith("/forced")
+    layer_row = next(line for line in table.splitlines() if line.startswith("2,1,3,4 "))
+    assert layer_row.rstrip().endswith("1.20")
+    assert "/forced: the layer's wall time / the fastest forced path's" in table
+    assert "2,1,3,4, float32: default / best forced path 1.20 (layer ran fused; the best " in (
+        table
+    )
+    assert f"forced path was {a})" in table
+    markdown = seq.format_sequence_markdown(rows)
+    assert "| kernels | default / best forced | path |" in markdown
+    assert "| 4,1,3,4 | float32 | layer | 2.000 |" in markdown
+    assert "| - | 1.00 | fused |" in markdown
+    assert "- 4,1,3,4, float32: default / best forced path 1.00" in markdown
+    summary = seq.format_sequence_summary(rows)
+    assert (
+        "cuda:0, float32, 2 sizes: default / best forced path: worst 1.20 at T=2, B=1, F=3, "
+        "S=4 (float32), median 1.10" in summary
+    )
+    sweep = seq.format_sweep_tables(rows)
+    assert (
+        "| float32, F=3, S=4, default / best forced | B=1 |\n|---|---:|\n| T=2 | 1.20 |\n"
+        "| T=4 | 1.00 |\n| T=8 | n/a |" in sweep
+    )
+    assert "| float32 | 2 | 1.20 at T=2, B=1, F=3, S=4 (float32) | 1.10 | 1 |" in sweep
+    # Without forced variants: no column, no notes, no tables.
+    plain = [r for r in rows if r["variant"] == "layer" and "best_forced" not in r]
+    assert seq.forced_summary(plain)["precisions"] == {}
+    assert "forced" not in seq.format_sequence_table(plain)
+    assert "forced" not in seq.format_sweep_tables(plain)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from lltm.benchmark import sequence as seq
@@ -92,3 +94,62 @@ def test_inference_times_the_forward_alone() -> None:
         case.call()
         assert all(leaf.grad is not None for leaf in case.leaves)
     assert seen == [True, False, True, False]
+
+
+def test_the_forced_variants_of_both_devices_come_from_forced_paths() -> None:
+    assert variants.forced_paths("cpu") == ("steps", "onednn", "fused")
+    cuda = ("persistent", "cluster", "fused", "steps")
+    assert variants.forced_paths(torch.device("cuda", 1)) == cuda
+    for device in ("cpu", "cuda"):
+        paths = variants.forced_paths(device)
+        forced = seq.forced_variants(device)
+        assert forced == tuple(f"layer-{p}" for p in paths)
+        assert [variants.forced_path(v, device) for v in forced] == list(paths)
+        assert set(forced) <= set(seq.VARIANTS)
+    assert seq.forced_variants("cuda") == seq.CUDA_VARIANTS
+    assert variants.forced_path("layer", "cpu") is None
+    assert variants.forced_path("layer-padded", "cpu") is None
+    # Every variant once: the loops, the layer's, nn.LSTM, and each device's forced ones.
+    assert len(seq.VARIANTS) == len(set(seq.VARIANTS))
+    assert set(seq.VARIANTS) == {
+        *("loop-python", "loop-lltm", "layer", "layer-padded", "nn.LSTM"),
+        *seq.forced_variants("cpu"),
+        *seq.forced_variants("cuda"),
+    }
+
+
+def test_a_path_of_another_device_is_n_a_and_says_which_paths_there_are() -> None:
+    options = seq.LayerOptions()
+    assert seq.not_applicable("layer-onednn", options, "cuda") == (
+        "no onednn path on cuda (its paths: persistent, cluster, fused, steps)"
+    )
+    assert seq.not_applicable("layer-persistent", options, torch.device("cpu")) == (
+        "no persistent path on cpu (its paths: steps, onednn, fused)"
+    )
+    assert seq.not_applicable("layer-onednn", options, "cpu") is None
+    assert seq.not_applicable("layer-fused", options, "cuda") is None
+    # Without a device, only what the options rule out.
+    assert seq.not_applicable("layer-onednn", options) is None
+
+
+def test_the_forced_variants_on_the_cpu_are_the_layer_with_a_path_set() -> None:
+    cpu = torch.device("cpu")
+    names = ["layer", *seq.forced_variants(cpu), "layer-cluster"]
+    cases, errors = variants.build_variants(names, 3, 2, 3, 4, torch.float32, cpu)
+    assert list(errors) == ["layer-cluster"]
+    assert [cases[n].path for n in names[:-1]] == [None, *variants.forced_paths(cpu)]
+    for case in cases.values():
+        assert case.sequence_op
+        assert case.leaves == cases["layer"].leaves
+    # The CPU's default run leaves them out; CUDA's has them.
+    assert not set(seq.default_variants(cpu)) & set(seq.forced_variants(cpu))
+    assert set(seq.forced_variants("cuda")) <= set(seq.default_variants("cuda"))
+
+
+def test_forcing_sets_the_variable_for_the_calls_inside() -> None:
+    before = os.environ.get(variants.PATH_VARIABLE)
+    with variants.forcing("steps"):
+        assert os.environ[variants.PATH_VARIABLE] == "steps"
+        with variants.forcing(None):
+            assert os.environ[variants.PATH_VARIABLE] == "steps"
+    assert os.environ.get(variants.PATH_VARIABLE) == before

@@ -134,10 +134,14 @@ def _forced_tables(results: Sequence[dict[str, Any]], grid: Grid, variant: str) 
     if not forced["precisions"]:
         return []
 
-    def cell(point: dict[str, dict[str, Any]]) -> str:
-        return num_text(point.get(variant, {}).get("default_vs_forced"), ".2f")
+    def ratio(point: dict[str, dict[str, Any]]) -> float | None:
+        return point.get(variant, {}).get("default_vs_forced")
 
-    keys = [k for k, cells in grid.items() if any(cell(p) != "-" for p in cells.values())]
+    def cell(point: dict[str, dict[str, Any]]) -> str:
+        v = ratio(point)
+        return f"{v:.2f}" if v is not None else "n/a"
+
+    keys = [k for k, cells in grid.items() if any(ratio(p) is not None for p in cells.values())]
     lines = ["| precision | points | worst | median | n/a |", "|---|---:|---|---:|---:|"]
     entries = [*forced["precisions"].items()]
     if len(entries) > 1:
