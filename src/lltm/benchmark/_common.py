@@ -89,7 +89,7 @@ def in_rounds(runs: int, rounds: int, label: str, *, report: bool = True) -> Ite
             )
 
 
-# kineto's own log lines below its warnings: ``USDT:<time> <pid>:<tid> <file>.cpp:52] profiler_start``.
+# kineto's log lines below its warnings, as ``USDT:<time> <pid>:<tid> <file>.cpp:52] ...``.
 _KINETO_LOG = re.compile(r"^(USDT|STAGE|INFO|VERBOSE):\d{4}-\d\d-\d\d .*\.cpp:\d+\] ")
 
 

@@ -270,8 +270,7 @@ def _auto_runs(cases: Sequence[_Case], seconds: float, cap: int) -> int:
 def run_problem(p: Problem, variants: Sequence[str], args: argparse.Namespace) -> list[Result]:
     """Time the variants on one problem, interleaved in rounds."""
     if any(name.endswith("compile") for name in variants):
-        # A fresh cache per problem: a sweep would otherwise hit the
-        # recompilation limit, and torch.compile would fall back to eager.
+        # A fresh cache per problem, or a sweep hits the recompile limit and runs eager.
         torch.compiler.reset()
     cases = []
     for name in variants:

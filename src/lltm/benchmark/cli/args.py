@@ -154,8 +154,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse the command line."""
     parser = argparse.ArgumentParser(
         prog="python -m lltm.benchmark",
-        # Wrapped by hand: the raw formatter, which keeps the epilog's command
-        # lines, keeps these too (the options' help is still wrapped).
+        # Wrapped by hand: the raw formatter that keeps the epilog's lines keeps these too.
         description="Time the LLTM training step: lltm against eager PyTorch, torch.compile,\n"
         "nn.LSTMCell and the GEMM floor. With --sequence, the LLTMLayer over whole\n"
         "sequences against nn.LSTM (--inference: the forward alone), with the path\n"

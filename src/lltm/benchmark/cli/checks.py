@@ -18,10 +18,7 @@ from ..cell import VARIANTS
 
 __all__ = ["check_cell_args", "check_sequence_args"]
 
-# The defaults of the options that the cell and the sequence benchmark share
-# but set differently: None in the parser, so that a value given on the
-# command line can be told from a default, and then filled in per mode.
-# -b/-f/-s: the tutorial's sizes, in both modes.
+# Filled in per mode, after the checks: None in the parser tells a given value from a default.
 _SHAPE_DEFAULTS: dict[str, Any] = {"batch_size": 16, "features": 32, "state_size": 128}
 _CELL_DEFAULTS: dict[str, Any] = {
     "dtype": "float32",

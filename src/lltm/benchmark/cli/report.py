@@ -30,7 +30,7 @@ __all__ = [
 
 
 def _environment(*, tf32: bool = False) -> dict[str, Any]:
-    """What the times ran on: torch, its threads, the GPU and lltm's build (``tf32``: its switches)."""
+    """What the times ran on: torch, its threads, the GPU, lltm's build (``tf32``: its switches)."""
     switches = (
         {
             "allow_tf32": torch.backends.cuda.matmul.allow_tf32,

@@ -40,8 +40,7 @@ def plot_sweep(
         for p in cells.values()
         if (v := speedup_at(p, variant, base, metric))
     ]
-    # Symmetric around 1 on a log scale, so that 2x and 0.5x look alike;
-    # beyond 8x the colour saturates (the annotation still tells).
+    # Symmetric around 1 in log, so 2x and 0.5x look alike; past 8x the annotation tells.
     span = min(8.0, max([2.0, *(max(v, 1 / v) for v in values)]))
     norm = LogNorm(vmin=1 / span, vmax=span)
     cmap = plt.get_cmap("RdBu")

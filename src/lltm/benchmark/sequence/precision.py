@@ -48,8 +48,7 @@ PRECISIONS = {
 }
 # A dtype's own precision: its name, TF32 off.
 DTYPE_PRECISION = {dtype: name for name, dtype in DTYPES.items()}
-# What nn.LSTM says at every bf16 call (its weights cannot be flattened):
-# reported once in the output instead.
+# nn.LSTM's warning at every bf16 call: the report says it once instead.
 _UNFLATTENED_WARNING = r"RNN module weights are not part of single contiguous chunk"
 
 

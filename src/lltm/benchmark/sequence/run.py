@@ -85,8 +85,8 @@ def _not_forced(path: str | None, ran: lltm.PathsThatRan) -> str | None:
 def path_label(paths: lltm.PathsThatRan | None) -> str | None:
     """The paths of :func:`lltm.paths_that_ran`, compactly, as the tables show them.
 
-    ``fused/onednn``: every forward block ran ``fused``, every backward one
-    ``onednn``; ``fused``: both the same, or a forward alone (inference);
+    ``a/b``: every forward block ran path ``a``, every backward one ``b``;
+    ``a``: both the same, or a forward alone (inference);
     where blocks ran different paths, their distinct names joined by ``+``
     (forward's first). None without paths; ``-`` where no block was marked.
     """
@@ -220,12 +220,10 @@ def run_sequence(
             inference=inference,
         )
     if device.type == "cuda":
-        # A sweep's sizes differ by 1000x: give the cached blocks back (the
-        # point's tensors are gone now) rather than let the pool grow. A full
-        # gc.collect() costs a fifth of a second: only where an error's
-        # traceback may hold tensors in a cycle.
+        # gc.collect() costs 0.2 s: only where an error's traceback may hold tensors.
         if any("error" in r for r in rows):
             gc.collect()
+        # A sweep's sizes differ by 1000x: the pool would only grow.
         torch.cuda.empty_cache()
     return rows
 
@@ -243,8 +241,7 @@ def _warm_up_all(
         try:
             probe[name] = warm_up(cases[name], device, warmup)
         except (RuntimeError, ValueError) as e:
-            # RuntimeError: a forced path that cannot run here, or out of memory;
-            # ValueError: a path this build does not know.
+            # A forced path that cannot run here or one unknown to the build, or out of memory.
             errors[name] = _reason(e)
             cases[name].clear_grads()
             if device.type == "cuda":

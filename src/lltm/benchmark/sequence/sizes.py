@@ -1,4 +1,4 @@
-"""The sizes of a sequence run: the sweep's grids, nn.LSTM's options, packed lengths, random draws."""
+"""The sizes of a sequence run: the sweep's grids, nn.LSTM's options, packed lengths, draws."""
 
 from __future__ import annotations
 
@@ -36,15 +36,14 @@ SWEEP_FS = ((32, 128), (128, 256), (256, 512))
 PACKED_STEPS = (128, 512)
 PACKED_BATCHES = (16, 256)
 PACKED_FS = ((32, 128), (256, 512))
-# --random's default ranges of T, B, F and S (each drawn log-uniform), and the
-# CPU's default cap on a drawn size's forward work, in GMAC, that keeps a CPU
-# run to minutes (CUDA has none).
+# --random's default ranges of T, B, F and S, each drawn log-uniform.
 RANDOM_RANGES: dict[str, tuple[int, int]] = {
     "T": (1, 2000),
     "B": (1, 4096),
     "F": (16, 1024),
     "S": (32, 2048),
 }
+# The CPU's default cap on a drawn size's forward GMAC: a CPU run then ends in minutes.
 CPU_MAX_GMACS = 2.0
 # Draws of one size that may all exceed the cap before draw_sizes gives up.
 _MAX_DRAWS = 10_000
@@ -93,8 +92,7 @@ def lengths_fields(steps: int, batch: int, options: LayerOptions) -> dict[str, A
     return {
         "shortest": int(lengths.min()),
         "padded_steps": longest,
-        # The tokens / the padded batch's cells: a time proportional to the
-        # tokens would give this packed / padded ratio.
+        # The packed / padded ratio that a time proportional to the tokens would give.
         "fill": int(lengths.sum()) / (batch * longest),
     }
 

@@ -22,8 +22,7 @@ __all__ = [
     "sweep_summary",
 ]
 
-# The speedup goals: the layer at least 1.0x nn.LSTM everywhere and 1.3x in
-# the median, and its eager wall time at most 1.15x its CUDA-graph replay's.
+# The layer over nn.LSTM: at least 1.0x everywhere, 1.3x in the median; wall / GPU at most 1.15.
 SPEEDUP_GOAL_WORST, SPEEDUP_GOAL_MEDIAN, HOST_RATIO_GOAL = 1.0, 1.3, 1.15
 # The packed goal: the packed layer's time / the padded layer's, at most.
 PACKED_GOAL = 0.75
@@ -66,8 +65,9 @@ def sweep_summary(
     """The worst and median speedup of ``variant`` over ``base``, per precision and overall.
 
     ``precisions`` is keyed by the precision and the options it ran with
-    (``float32``, ``float16, bidirectional``). Each entry: ``points`` (measured), ``missing`` (n/a), ``below_1``,
-    ``worst`` and ``best`` (``speedup`` and where), ``median``; the same on GPU
+    (``float32``, ``float16, bidirectional``). Each entry: ``points``
+    (measured), ``missing`` (n/a), ``below_1``, ``worst`` and ``best``
+    (``speedup`` and where), ``median``; the same on GPU
     times as ``gpu_worst``/``gpu_median``/``gpu_below_1``; and
     ``host_ratio_max`` of ``variant`` (the worst eager / graph-replay ratio,
     and where) and ``host_ratio_above_goal`` (how many exceed

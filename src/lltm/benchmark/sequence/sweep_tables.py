@@ -64,7 +64,7 @@ def _grid_table(
 
 
 def _speedup_goals(results: Sequence[dict[str, Any]], base: str) -> str:
-    """The speedup goals that apply to ``results``: issue 12's, and that of nn.LSTM's options.
+    """The speedup goals that apply to ``results``: the grid's, and that of nn.LSTM's options.
 
     Both are of forward + backward: inference rows have none.
     """

@@ -1,4 +1,4 @@
-"""The tables of a sequence run: the fixed-width table, its Markdown, its summary lines, the header."""
+"""The tables of a sequence run: fixed-width and Markdown, the summary lines, the header."""
 
 from __future__ import annotations
 

@@ -68,8 +68,7 @@ def _capture(v: Variant, device: torch.device, warmup: int) -> torch.cuda.CUDAGr
     graph's pool, and each replay overwrites them rather than accumulating.
     """
     index = device.index if device.index is not None else torch.cuda.current_device()
-    # One per GPU for every capture: each new stream would get its own cuBLAS
-    # workspace.
+    # One per GPU for every capture: each new stream would get a cuBLAS workspace of its own.
     if index not in _SIDE_STREAMS:
         _SIDE_STREAMS[index] = torch.cuda.Stream(index)
     side = _SIDE_STREAMS[index]
@@ -82,8 +81,7 @@ def _capture(v: Variant, device: torch.device, warmup: int) -> torch.cuda.CUDAGr
     sync(device)
     v.clear_grads()
     graph = torch.cuda.CUDAGraph()
-    # The capture runs on the warm-up's stream: per-stream state made lazily
-    # (cuBLAS workspaces, hipBLASLt handles) then exists before the capture.
+    # On the warm-up's stream, whose lazy state (cuBLAS workspaces) capture cannot allocate.
     with forcing(v.path), torch.cuda.graph(graph, stream=side):
         v.call()
     return graph
@@ -94,7 +92,7 @@ _CYCLES_PER_MS: dict[int, float] = {}
 
 
 def _stall(device: torch.device, ms: float) -> Callable[[], None] | None:
-    """A callable that keeps ``device`` busy for about ``ms`` (None without ``torch.cuda._sleep``)."""
+    """A callable that keeps ``device`` busy for about ``ms`` (None without torch.cuda._sleep)."""
     sleep = getattr(torch.cuda, "_sleep", None)
     if sleep is None:
         return None
@@ -122,8 +120,7 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first_line(exc)}"
 
 
-# Replays slower than this keep the GPU busy for longer than the host takes to
-# launch the next one: no need to measure the launch cost.
+# Replays this slow outlast the host's next launch: their launch cost needs no measure.
 _SLOW_REPLAY_MS = 50.0
 
 
@@ -161,8 +158,7 @@ def _graph_time_with(
             launch_ms = (time.perf_counter() - start) * 1e3
             sync()
         n = replays or max(3, min(50, math.ceil(seconds * 1e3 / max(estimate_ms, 1e-3))))
-        # Long enough for the host to enqueue every replay before the GPU
-        # gets to the first one.
+        # Long enough for the host to enqueue every replay before the GPU reaches the first.
         stall = stall_for(min(200.0, 1.0 + 1.5 * n * launch_ms))
         times = _replay_times(graph.replay, n, new_event, stall)
     except Exception as exc:  # noqa: BLE001 - reported in the table, not fatal
@@ -193,8 +189,7 @@ def graph_time(
         holder.append(_capture(v, device, warmup))
         return holder[0]
 
-    # torch.cuda.graph's exit ends the capture before it restores the stream:
-    # when ending the capture raises, the capture stream would stay current.
+    # Restored here: a capture that fails to end leaves its stream current.
     stream = torch.cuda.current_stream(device)
     try:
         with torch.cuda.device(device):
@@ -208,8 +203,7 @@ def graph_time(
                 estimate_ms=estimate_ms,
             )
     finally:
-        # The graph's pool holds the activations of a whole sequence: free it
-        # before the next variant captures.
+        # The graph's pool holds a whole sequence's activations: free it for the next capture.
         v.clear_grads()
         holder.clear()
         torch.cuda.set_stream(stream)
@@ -248,8 +242,7 @@ def warm_up(v: Variant, device: torch.device, warmup: int) -> float:
     with forcing(v.path):
         for i in range(max(1, warmup)):
             elapsed = timed(v, device)
-            # Where one call takes a quarter second, its first call has set
-            # up all there is: more warm-up would only cost time.
+            # A call this slow set up all there is at its first: more would only cost time.
             if i and elapsed > _SLOW_WARMUP_S:
                 break
     return elapsed

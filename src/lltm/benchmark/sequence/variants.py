@@ -96,7 +96,7 @@ def forcing(path: str | None) -> Iterator[None]:
 def not_applicable(
     name: str, options: LayerOptions, device: str | torch.device | None = None
 ) -> str | None:
-    """Why variant ``name`` cannot run with ``options`` (on ``device``, where given; None: it can)."""
+    """Why variant ``name`` cannot run with ``options`` (and on ``device``, if given), or None."""
     if name.startswith("loop-") and (options.bidirectional or options.packed):
         return f"the loops run one direction over every step: not with {options.label}"
     if name == "layer-padded" and not options.packed:
@@ -196,8 +196,7 @@ def build_variants(
     nn.LSTM builds no cell.
     """
     options = options or LayerOptions()
-    # Drawn where it is used: on the CPU, the sweep's largest inputs (half a
-    # billion numbers) would take seconds each.
+    # Drawn on the device: the sweep's largest inputs would take seconds each on the CPU.
     gen = torch.Generator(device=device).manual_seed(42)
     x = torch.randn(steps, batch, features, generator=gen, device=device).to(dtype)
     source, leaf, padded = _inputs(x, options)
@@ -246,11 +245,9 @@ def build_variants(
     if "nn.LSTM" in names:
         lstm = nn.LSTM(features, state, bidirectional=options.bidirectional)
         lstm.to(device=device, dtype=dtype)
-        # .to() may leave the weights in separate chunks; cuDNN then copies
-        # them at every call. bf16 cannot be flattened (it stays a no-op).
+        # .to() may split the weights, which cuDNN then copies per call (bf16 stays split).
         lstm.flatten_parameters()
-        # One storage for all weights is what cuDNN needs not to copy them
-        # (the CPU has no such thing: None).
+        # cuDNN copies no weights when they share one storage (the CPU has no such need: None).
         weights = getattr(lstm, "_flat_weights", None) or list(lstm.parameters())
         storages = {w.untyped_storage().data_ptr() for w in weights}
         flat = len(storages) == 1 if device.type == "cuda" else None
