@@ -13,7 +13,7 @@ T steps against Python loops of the cell and ``nn.LSTM``, with the GPU time
 of each (the call replayed as a CUDA graph) beside its wall time (see
 :mod:`lltm.benchmark.sequence`). ``--sequence --sizes TxBxFxS,...`` gives each
 size its own T; ``--sequence --sweep`` runs the layer and ``nn.LSTM`` over
-``--steps`` x ``--batches`` x ``--fs`` (by default the sweep of issue 12),
+``--steps`` x ``--batches`` x ``--fs`` (by default the grid of the speedup goals),
 prints the speedup tables in Markdown and ``--plot`` draws them as a heat map.
 ``--precision float32,float32-defaults,float16,bfloat16`` picks the dtypes and
 TF32 switches of a sequence run.
@@ -37,7 +37,9 @@ does more than X billion multiply-adds (on the CPU 2 by default, so that a
 run ends). ``--inference`` times the forward alone under
 ``torch.inference_mode()``, with or without the sweep and the options. Every
 report names the sequence path that the layer ran at each size
-(:func:`lltm.paths_that_ran`).
+(:func:`lltm.paths_that_ran`). ``--variants layer-PATH`` forces a sequence
+path of the device (:func:`lltm.benchmark.sequence.forced_paths`); beside
+``layer``, the tables give the default choice's time / the best forced path's.
 
 :mod:`lltm.benchmark.cli` holds the one command line of both.
 """

@@ -44,7 +44,16 @@ from lltm.reference import lltm_reference
 
 from ._common import DTYPES, devices, dtype_name, gpu_operations, in_rounds, progress, pyplot, sync
 
-__all__ = ["GRAD_MODES", "VARIANTS", "Problem", "Result", "format_table", "plot", "run"]
+__all__ = [
+    "GRAD_MODES",
+    "VARIANTS",
+    "Problem",
+    "Result",
+    "format_markdown",
+    "format_table",
+    "plot",
+    "run",
+]
 
 VARIANTS = (
     "python",
@@ -261,8 +270,7 @@ def _auto_runs(cases: Sequence[_Case], seconds: float, cap: int) -> int:
 def run_problem(p: Problem, variants: Sequence[str], args: argparse.Namespace) -> list[Result]:
     """Time the variants on one problem, interleaved in rounds."""
     if any(name.endswith("compile") for name in variants):
-        # A fresh cache per problem: a sweep would otherwise hit the
-        # recompilation limit, and torch.compile would fall back to eager.
+        # A fresh cache per problem, or a sweep hits the recompile limit and runs eager.
         torch.compiler.reset()
     cases = []
     for name in variants:
@@ -358,6 +366,53 @@ def format_table(results: Sequence[Result]) -> str:
                 line += f"{launches:>10}"
             lines.append(line)
         lines.append("")
+    return "\n".join(lines)
+
+
+def format_markdown(report: dict[str, Any]) -> str:
+    """A JSON report of the cell benchmark as Markdown: a titled table per problem (µs).
+
+    The same columns as :func:`format_table`, from the report's rows (the
+    dicts of :class:`Result`) and its config; GPU operations where counted.
+    """
+    config = report["config"]
+    problems: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in report["results"]:
+        key = (r["device"], r["batch"], r["features"], r["state"], r["dtype"], r["grad"])
+        problems.setdefault(key, []).append(r)
+    out = []
+    for (device, batch, features, state, dtype, grad), rows in problems.items():
+        out.append(
+            f"\n**{device}, batch {batch}, features {features}, state {state}, "
+            f"{dtype}, grad={grad}** ({rows[0]['runs']} runs; torch {config['torch']}, "
+            f"{config['threads']} threads{', ' + config['gpu'] if config['gpu'] else ''})"
+            f"\n\n{_markdown_table(rows)}"
+        )
+    return "\n".join(out)
+
+
+def _markdown_table(rows: list[dict[str, Any]]) -> str:
+    """One Markdown table of the rows of one problem."""
+    launches = any(r.get("launches") for r in rows)
+    head = "| variant | fwd | bwd | fwd+bwd | speedup | x floor | saved KB |"
+    rule = "|---|---:|---:|---:|---:|---:|---:|"
+    if launches:
+        head += " launches fwd+bwd |"
+        rule += "---:|"
+    lines = [head, rule]
+    for r in rows:
+        saved = "-" if r["saved_bytes"] is None else f"{r['saved_bytes'] / 1024:,.0f}"
+        speedup = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+        floor = "-" if r["vs_floor"] is None else f"{r['vs_floor']:.2f}x"
+        line = (
+            f"| {r['variant']} | {r['forward_us']['median']:,.0f} | "
+            f"{r['backward_us']['median']:,.0f} | {r['step_us']['median']:,.0f} | "
+            f"{speedup} | {floor} | {saved} |"
+        )
+        if launches:
+            n = r.get("launches")
+            line += f" {n['forward']}+{n['backward']} |" if n else " - |"
+        lines.append(line)
     return "\n".join(lines)
 
 
