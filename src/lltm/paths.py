@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import TypedDict
 
@@ -27,7 +29,7 @@ import torch.profiler
 # Set on the package before this module's import (lltm/__init__.py).
 from . import _C
 
-__all__ = ["PathsThatRan", "paths_that_ran", "plan", "sequence_paths"]
+__all__ = ["PathsThatRan", "paths_that_ran", "plan", "profiler_logs_hidden", "sequence_paths"]
 
 _RANGES = {
     "lltm::sequence_path::": "forward",
@@ -96,21 +98,37 @@ def plan(
     return name
 
 
+# kineto's log lines below its warnings, as ``USDT:<time> <pid>:<tid> <file>.cpp:52] ...``.
+_KINETO_LOG = re.compile(r"^(USDT|STAGE|INFO|VERBOSE):\d{4}-\d\d-\d\d .*\.cpp:\d+\] ")
+
+
 @contextlib.contextmanager
-def _stderr_to_null() -> Iterator[None]:
-    """File descriptor 2 to /dev/null for a while: the profiler's USDT lines at start and stop."""
+def profiler_logs_hidden() -> Iterator[None]:
+    """Keep torch.profiler's log lines (``USDT: ... profiler_start``) out of stderr.
+
+    kineto writes them from C++ to file descriptor 2 at each profiler start
+    and stop, at a level its Python API cannot set: the descriptor goes to a
+    temporary file for the calls inside, and every other line is written back.
+    """
     sys.stderr.flush()
-    saved = os.dup(2)
     try:
-        null = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(null, 2)
-        finally:
-            os.close(null)
+        saved = os.dup(2)
+    except OSError:  # no descriptor 2 (a windowed process): nothing to hide
         yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        return
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            lines = caught.read().decode(errors="replace").splitlines(keepends=True)
+            if kept := [line for line in lines if not _KINETO_LOG.match(line)]:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
 
 
 def paths_that_ran(fn: Callable[[], object]) -> PathsThatRan:
@@ -128,12 +146,12 @@ def paths_that_ran(fn: Callable[[], object]) -> PathsThatRan:
         {'forward': ['fused'], 'backward': ['fused'], 'cell': [], 'cell_backward': []}
     """
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-    with _stderr_to_null():
+    with profiler_logs_hidden():
         prof.start()
     try:
         fn()
     finally:
-        with _stderr_to_null():
+        with profiler_logs_hidden():
             prof.stop()
     ran: dict[str, list[str]] = {kind: [] for kind in _RANGES.values()}
     for event in sorted(prof.events(), key=lambda e: e.time_range.start):

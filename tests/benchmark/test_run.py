@@ -10,10 +10,10 @@ from bench_helpers import run_benchmark
 
 import lltm
 from lltm.benchmark import sequence as seq
-from lltm.benchmark._common import profiler_logs_hidden
 from lltm.benchmark.sequence import run as seq_run
 from lltm.benchmark.sequence import variants
 from lltm.benchmark.sequence.precision import precision_switches
+from lltm.paths import profiler_logs_hidden
 
 
 def test_a_path_that_does_not_fit_or_is_unknown_is_n_a(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -28,24 +28,26 @@ def test_a_path_that_does_not_fit_or_is_unknown_is_n_a(monkeypatch: pytest.Monke
     leaf = torch.ones(3, requires_grad=True)
     cases = {
         "layer-fused": failing(ValueError("LLTM_SEQUENCE_PATH=fused: expected auto, persistent")),
-        "layer-persistent": failing(RuntimeError("the persistent kernel cannot hold W_h\nmore")),
+        "layer-onednn": failing(RuntimeError("the onednn path cannot run this block\nmore")),
         "nn.LSTM": variants.Variant(lambda: leaf * 2, None, [leaf]),
     }
     monkeypatch.setattr(seq_run, "build_variants", lambda *_: (dict(cases), {}))
     rows = seq.run_sequence(2, 1, 3, 4, runs=2, warmup=1, variants=list(cases), progress=False)
     by = {r["variant"]: r for r in rows}
     assert by["layer-fused"]["error"] == "LLTM_SEQUENCE_PATH=fused: expected auto, persistent"
-    assert by["layer-persistent"]["error"] == "the persistent kernel cannot hold W_h"
+    assert by["layer-onednn"]["error"] == "the onednn path cannot run this block"
     assert by["nn.LSTM"]["vs_lstm"] == 1.0
     assert "n/a: LLTM_SEQUENCE_PATH=fused" in seq.format_sequence_table(rows)
 
 
 def test_cuda_variants_on_the_cpu_and_precisions() -> None:
-    rows = seq.run_sequence(
-        2, 2, 3, 4, runs=1, warmup=1, variants=["layer", "layer-persistent"], progress=False
-    )
-    error = "no persistent path on cpu (its paths: steps, onednn, fused)"
-    assert rows[1] == {**rows[1], "variant": "layer-persistent", "error": error}
+    # A path of CUDA alone, where this build has one.
+    for path in set(lltm.sequence_paths("cuda")) - set(lltm.sequence_paths("cpu")):
+        rows = seq.run_sequence(
+            2, 2, 3, 4, runs=1, warmup=1, variants=["layer", f"layer-{path}"], progress=False
+        )
+        error = f"no {path} path on cpu (its paths: {', '.join(lltm.sequence_paths('cpu'))})"
+        assert rows[1] == {**rows[1], "variant": f"layer-{path}", "error": error}
     default = seq.run_sequence(2, 1, 2, 3, runs=1, warmup=1, progress=False)
     assert [r["variant"] for r in default] == ["loop-python", "loop-lltm", "layer", "nn.LSTM"]
     # float32-defaults: cuDNN's TF32 on for the run, and back afterwards.
@@ -110,7 +112,10 @@ def test_a_forced_path_that_cannot_run_is_n_a_with_why() -> None:
     assert by["layer-steps"]["median_ms"] > 0
     # Held against the forced paths that ran.
     assert by["layer"]["best_forced"] == "layer-steps"
-    assert "n/a: LLTM_SEQUENCE_PATH=onednn" in seq.format_sequence_table(rows)
+    assert (
+        "n/a: lltm::sequence_forward: LLTM_SEQUENCE_PATH=onednn, but the onednn path cannot run"
+        in seq.format_sequence_table(rows)
+    )
 
 
 def test_the_reason_is_the_op_s_line_that_names_the_forced_path(

@@ -132,15 +132,17 @@ def test_sweep_heat_map_of_gpu_times(tmp_path: Path) -> None:
 
 def test_the_default_against_the_best_forced_path_from_known_rows() -> None:
     """The /forced column, its notes, its summary line and its sweep tables."""
-    a, b = seq.forced_variants("cuda")[:2]
+    a, b = seq.forced_variants("cpu")[:2]
     rows = []
     for t, layer, times in ((2, 1.2, (1.0, 1.5)), (4, 2.0, (2.5, 2.0)), (8, 1.0, (None, None))):
         tried = {n: ms for n, ms in zip((a, b), times, strict=True) if ms is not None}
         best = min(tried, key=tried.__getitem__) if tried else None
         forced = {"best_forced": best, "default_vs_forced": layer / tried[best]} if tried else {}
-        rows.append(sequence_row("layer", t, 1, layer) | {"path": "fused"} | forced)
+        rows.append(
+            sequence_row("layer", t, 1, layer) | {"device": "cpu", "path": "fused"} | forced
+        )
         for name, ms in zip((a, b), times, strict=True):
-            row = sequence_row(name, t, 1, ms or 1.0)
+            row = sequence_row(name, t, 1, ms or 1.0) | {"device": "cpu"}
             rows.append(
                 row | {"path": name.removeprefix("layer-")} if ms else row | {"error": "no"}
             )
@@ -166,7 +168,7 @@ def test_the_default_against_the_best_forced_path_from_known_rows() -> None:
     assert "- 4,1,3,4, float32: default / best forced path 1.00" in markdown
     summary = seq.format_sequence_summary(rows)
     assert (
-        "cuda:0, float32, 2 sizes: default / best forced path: worst 1.20 at T=2, B=1, F=3, "
+        "cpu, float32, 2 sizes: default / best forced path: worst 1.20 at T=2, B=1, F=3, "
         "S=4 (float32), median 1.10" in summary
     )
     sweep = seq.format_sweep_tables(rows)

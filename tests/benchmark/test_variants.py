@@ -6,6 +6,7 @@ import os
 
 import torch
 
+import lltm
 from lltm.benchmark import sequence as seq
 from lltm.benchmark.sequence import variants
 
@@ -97,8 +98,8 @@ def test_inference_times_the_forward_alone() -> None:
 
 
 def test_the_forced_variants_of_both_devices_come_from_forced_paths() -> None:
-    assert variants.forced_paths("cpu") == ("steps", "onednn", "fused")
-    cuda = ("persistent", "cluster", "fused", "steps")
+    assert variants.forced_paths("cpu") == tuple(lltm.sequence_paths("cpu"))
+    cuda = tuple(lltm.sequence_paths("cuda"))
     assert variants.forced_paths(torch.device("cuda", 1)) == cuda
     for device in ("cpu", "cuda"):
         paths = variants.forced_paths(device)
@@ -120,24 +121,33 @@ def test_the_forced_variants_of_both_devices_come_from_forced_paths() -> None:
 
 def test_a_path_of_another_device_is_n_a_and_says_which_paths_there_are() -> None:
     options = seq.LayerOptions()
+    cuda = ", ".join(lltm.sequence_paths("cuda")) or "none"
     assert seq.not_applicable("layer-onednn", options, "cuda") == (
-        "no onednn path on cuda (its paths: persistent, cluster, fused, steps)"
+        f"no onednn path on cuda (its paths: {cuda})"
     )
-    assert seq.not_applicable("layer-persistent", options, torch.device("cpu")) == (
-        "no persistent path on cpu (its paths: steps, onednn, fused)"
-    )
+    if "persistent" in lltm.sequence_paths("cuda"):
+        assert seq.not_applicable("layer-persistent", options, torch.device("cpu")) == (
+            f"no persistent path on cpu (its paths: {', '.join(lltm.sequence_paths('cpu'))})"
+        )
     assert seq.not_applicable("layer-onednn", options, "cpu") is None
-    assert seq.not_applicable("layer-fused", options, "cuda") is None
+    if "fused" in lltm.sequence_paths("cuda"):
+        assert seq.not_applicable("layer-fused", options, "cuda") is None
     # Without a device, only what the options rule out.
     assert seq.not_applicable("layer-onednn", options) is None
 
 
 def test_the_forced_variants_on_the_cpu_are_the_layer_with_a_path_set() -> None:
     cpu = torch.device("cpu")
-    names = ["layer", *seq.forced_variants(cpu), "layer-cluster"]
+    cuda_only = [
+        f"layer-{p}" for p in lltm.sequence_paths("cuda") if p not in lltm.sequence_paths("cpu")
+    ]
+    names = ["layer", *seq.forced_variants(cpu), *cuda_only]
     cases, errors = variants.build_variants(names, 3, 2, 3, 4, torch.float32, cpu)
-    assert list(errors) == ["layer-cluster"]
-    assert [cases[n].path for n in names[:-1]] == [None, *variants.forced_paths(cpu)]
+    assert list(errors) == cuda_only
+    assert [cases[n].path for n in names[: len(names) - len(cuda_only)]] == [
+        None,
+        *variants.forced_paths(cpu),
+    ]
     for case in cases.values():
         assert case.sequence_op
         assert case.leaves == cases["layer"].leaves

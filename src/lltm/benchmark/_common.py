@@ -5,11 +5,7 @@ And a profiler that keeps its log lines out of the output.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -89,45 +85,12 @@ def in_rounds(runs: int, rounds: int, label: str, *, report: bool = True) -> Ite
             )
 
 
-# kineto's log lines below its warnings, as ``USDT:<time> <pid>:<tid> <file>.cpp:52] ...``.
-_KINETO_LOG = re.compile(r"^(USDT|STAGE|INFO|VERBOSE):\d{4}-\d\d-\d\d .*\.cpp:\d+\] ")
-
-
-@contextlib.contextmanager
-def profiler_logs_hidden() -> Iterator[None]:
-    """Keep torch.profiler's log lines (``USDT: ... profiler_start``) out of stderr.
-
-    kineto writes them from C++ to file descriptor 2 at each profiler start
-    and stop, at a level its Python API cannot set: the descriptor goes to a
-    temporary file for the calls inside, and every other line is written back.
-    """
-    sys.stderr.flush()
-    try:
-        saved = os.dup(2)
-    except OSError:  # no descriptor 2 (a windowed process): nothing to hide
-        yield
-        return
-    with tempfile.TemporaryFile() as caught:
-        os.dup2(caught.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            caught.seek(0)
-            lines = caught.read().decode(errors="replace").splitlines(keepends=True)
-            if kept := [line for line in lines if not _KINETO_LOG.match(line)]:
-                sys.stderr.write("".join(kept))
-                sys.stderr.flush()
-
-
 def gpu_operations(fn: Callable[[], Any], device: torch.device) -> tuple[int, Any]:
     """The GPU operations (kernels, copies, memsets) that ``fn`` runs, and what it returns."""
     from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
 
     sync(device)
-    with profiler_logs_hidden(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with lltm.paths.profiler_logs_hidden(), profile(activities=[ProfilerActivity.CUDA]) as prof:
         result = fn()
         sync(device)
     count = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)

@@ -13,7 +13,7 @@ import torch
 
 import lltm
 
-from .._common import dtype_name, first_line, in_rounds, profiler_logs_hidden
+from .._common import dtype_name, first_line, in_rounds
 from .._common import progress as _progress
 from .precision import DTYPE_PRECISION, PRECISIONS, Precision, precision_switches
 from .sizes import SWEEP_BATCHES, SWEEP_FS, SWEEP_STEPS, LayerOptions, lengths_fields
@@ -53,7 +53,7 @@ def _paths(v: Variant) -> lltm.PathsThatRan | None:
         return None
     try:
         v.clear_grads()
-        with forcing(v.path), profiler_logs_hidden():
+        with forcing(v.path):
             return lltm.paths_that_ran(v.call)
     except Exception:  # noqa: BLE001 - the path is a note: none rather than a crash
         return None

@@ -45,13 +45,11 @@ _FORCED_PREFIX = "layer-"
 def forced_paths(device: str | torch.device) -> tuple[str, ...]:
     """The sequence paths of ``device``'s type that ``LLTM_SEQUENCE_PATH`` can force.
 
-    The one list of path names in the benchmark: the forced variants,
-    ``layer-<path>``, are made from it.
+    lltm's own table (:func:`lltm.sequence_paths`; none for a device this
+    build has no kernels for): the forced variants, ``layer-<path>``, are
+    made from it.
     """
-    return {
-        "cuda": ("persistent", "cluster", "fused", "steps"),
-        "cpu": ("steps", "onednn", "fused"),
-    }.get(torch.device(device).type, ())
+    return tuple(lltm.sequence_paths(device))
 
 
 def forced_variants(device: str | torch.device) -> tuple[str, ...]:
