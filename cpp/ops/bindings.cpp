@@ -78,7 +78,7 @@ void def(py::module_& m, const char* name, const char* doc) {
 // GIL, so that importing it does not turn the GIL back on. What makes that
 // safe, path by path:
 // - forward, backward and the _aten pair already run with the GIL released
-//   (py::gil_scoped_release above), concurrently with any Python thread, so
+//   (py::gil_scoped_release above), alongside any Python thread, so
 //   nothing below them relied on the GIL before either. They touch no Python
 //   object; the tensors are reference-counted by c10 (atomically).
 // - Their one-time state is C++11 function-local statics (the dispatcher

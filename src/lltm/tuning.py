@@ -15,7 +15,7 @@ sizes in buckets) gets one path per process, chosen at its first block:
 Measured choices are kept in ``$LLTM_CACHE_DIR`` (default
 ``~/.cache/lltm``; empty: not kept), one file per machine, lltm version and
 torch version, written when the process exits. Writers replace the file
-whole, so concurrent processes never see half of one.
+whole, so processes running at once never see half of one.
 """
 
 from __future__ import annotations

@@ -464,10 +464,8 @@ using Backward2 = MmaTile<4, 2, 1, 64>;
 // every multiprocessor, or where P leaves at most one in sixteen idle and
 // Q's grid is too large for one cooperative launch (more than Q::resident
 // blocks per multiprocessor). Then a few idle multiprocessors cost less
-// than a launch per step: on the H200 (132 multiprocessors), P's 128 blocks
-// against Q's 512 took float16's 64,1024,32,128 from 1.77 to 1.28 ms, and
-// 512,256,256,512 from 18.9 to 15.3 ms. Where Q's grid fits at once (at
-// 64,1024,128,256 its 256 blocks), Q stays faster.
+// than a launch per step; where Q's grid fits at once, Q stays faster
+// (docs/performance.md, "Why these thresholds").
 template <typename P, typename Q>
 bool takes(int64_t batch, int64_t state, int64_t sms) {
   const dim3 p = grid_of<P>(batch, state);

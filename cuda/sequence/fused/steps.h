@@ -139,8 +139,7 @@ cudaError_t each_step(const Args& a, bool backward, Launch&& launch) {
 // block counts its arrival on its row tile's counter (release) and waits
 // for the count of the step (acquire). A grid barrier made every block
 // wait for the slowest of the grid, through one counter that all of them
-// increment: at T = 512 on the H200 the row barrier took float32's held
-// steps at 512,256,32,128 from 11.1 to 10.2 µs a step.
+// increment (docs/performance.md, "Why these thresholds").
 //
 // The counters, one per row tile of the smallest tile (kArrivalRows rows),
 // are the caller's workspace (arrivals_size); the kernel clears them.

@@ -34,9 +34,9 @@ struct Tile {
   static constexpr int threads = group * KS;
   // Blocks per multiprocessor that the launch bounds ask room for: two.
   // With one, a thread took up to 255 registers, and one block's 4 to 16
-  // warps per multiprocessor could not hide the latency of the loads (ncu:
-  // 37% of the issue slots busy); two blocks cap a thread at 128 registers
-  // (64 for the 512 threads of Backward0), which hold chunks of 16.
+  // warps per multiprocessor could not hide the latency of the loads; two
+  // blocks cap a thread at 128 registers (64 for the 512 threads of
+  // Backward0), which hold chunks of 16 (docs/performance.md).
   static constexpr int resident = 2;
 };
 

@@ -25,14 +25,13 @@
 // for bit), with its items' cell state (dc), bias and next inputs in
 // registers from step to step. The new h_t (dZ_t) goes into a staging slab
 // (double-buffered), and each block sends its slab to every other block of
-// the cluster in one bulk copy per block (the exchange, lltm_cluster.h),
-// and stores it into its own tile.
+// the cluster in one bulk copy per block (the exchange, cluster.h), and
+// stores it into its own tile.
 //
-// A step is latency: at batch 16, state 128 it took 3.7 µs forward and
-// backward on an H200 (docs/performance.md), where one warp doing every
-// item's math, or 16-byte st.async stores a row and block at a time, took
-// 5.6 and more; and the slabs are swizzled (`swizzled`), which at state 512
-// took a step from 11.1 to 7.8 µs.
+// A step is latency: every thread's share of the cell's math, and one bulk
+// copy a block, beat one warp doing every item's math and 16-byte st.async
+// stores a row and block at a time; the slabs are swizzled (`swizzled`)
+// (docs/performance.md, "Why these thresholds").
 #include "cuda/sequence/persistent/cluster.h"
 
 #include "cuda/common/device.h"
@@ -53,10 +52,8 @@ constexpr int kMmaThreads = 512;
 constexpr int kWarps = kMmaThreads / 32; // one 16 x 8 tile each, at most
 // The warps that share tiles' k (P of them a tile) stop at half the block:
 // more contend for shared memory's bandwidth, which bounds the product, and
-// add partial sums for the cell's math to read. At T = 512 on the H200,
-// float16, µs a step: 512,16,256,512 (4 tiles) 7.79 at P = 4, 7.28 at 2,
-// 7.75 at 1; 512,16,128,256 (2 tiles) 4.66 at 8, 4.38 at 4, 4.48 at 2;
-// 512,16,32,128 (1 tile, P at most 4 there) 3.81 at 4, 3.89 at 2.
+// add partial sums for the cell's math to read (docs/performance.md, "Why
+// these thresholds").
 constexpr int kSplitWarps = kWarps / 2;
 
 // Four 8 x 8 matrices of 16-bit elements from shared memory: lanes 8 i to

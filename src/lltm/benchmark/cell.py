@@ -326,7 +326,7 @@ def run(args: argparse.Namespace, on: Sequence[torch.device] | None = None) -> l
 
 
 def format_table(results: Sequence[Result]) -> str:
-    """Render results as fixed-width tables, one per problem (times in µs)."""
+    """Render results as fixed-width tables, one per problem (times in microseconds)."""
     header = (
         f"{'variant':<14}{'fwd':>10}{'bwd':>10}{'fwd+bwd':>10}{'(min)':>10}"
         f"{'speedup':>9}{'x floor':>9}{'saved KB':>10}"
@@ -370,7 +370,7 @@ def format_table(results: Sequence[Result]) -> str:
 
 
 def format_markdown(report: dict[str, Any]) -> str:
-    """A JSON report of the cell benchmark as Markdown: a titled table per problem (µs).
+    """A JSON report of the cell benchmark as Markdown: a titled table per problem (microseconds).
 
     The same columns as :func:`format_table`, from the report's rows (the
     dicts of :class:`Result`) and its config; GPU operations where counted.

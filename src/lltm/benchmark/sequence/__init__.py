@@ -57,7 +57,7 @@ Two times per variant:
 
 All variants start from the same weights (``nn.LSTM`` from its own) and take
 turns in rounds, so that a change in machine load affects them alike (on the
-H200 the medians move 2x between runs, their ratios do not).
+GPU the medians move 2x between runs, their ratios do not).
 
 Precisions (see :data:`PRECISIONS`): ``float32`` turns TF32 off for both
 cuBLAS and cuDNN, so all variants compute in fp32; ``float32-defaults`` keeps

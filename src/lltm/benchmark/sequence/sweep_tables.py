@@ -225,7 +225,7 @@ def format_sweep_tables(
     Then the worst and median speedup; the sequence path that ``variant``
     ran at each point (where the rows name it); for packed batches,
     ``variant``'s packed / padded time ratio and its worst and median; the
-    GPU time per step of both (graph replay / T, in µs) and the host ratio
+    GPU time per step of both (graph replay / T, in microseconds) and the host ratio
     (eager wall / graph replay) of both, when measured. A precision that ran
     with options, or in inference, is named with them (``float16,
     bidirectional``). Off-grid rows (a random sweep's) are one table of a row
