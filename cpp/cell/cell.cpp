@@ -412,9 +412,9 @@ void backward_gemms(
 
 TORCH_LIBRARY(lltm, m) {
   // The fake kernels, which torch.compile traces with, are registered from
-  // Python, in lltm/ops.py; this tells torch where to find them. Autograd is
-  // in C++ (autograd.cpp).
-  m.set_python_module("lltm.ops");
+  // Python, in lltm/_cell_fakes.py; this tells torch where to find them.
+  // Autograd is in C++ (autograd.cpp).
+  m.set_python_module("lltm._cell_fakes");
   // The tutorial's contract.
   m.def(
       "forward(Tensor input, Tensor weights, Tensor bias, Tensor old_h, "

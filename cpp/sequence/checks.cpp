@@ -273,7 +273,7 @@ Problem check_backward_args(
 } // namespace lltm::sequence
 
 TORCH_LIBRARY_FRAGMENT(lltm, m) {
-  m.set_python_module("lltm.ops");
+  m.set_python_module("lltm._sequence_fakes");
   // One layer over a whole sequence (sequence.h), in one or two directions,
   // of a dense or a packed batch: the op that the layer calls, then the
   // forward that also returns what its backward needs, and the backward,

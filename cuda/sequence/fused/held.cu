@@ -15,6 +15,7 @@
 // of its own rows (arrive, wait_for). They run where the smallest tiles' grid
 // fits on the GPU at once with their shared memory, the state is a multiple of
 // 4 (rows of 16 bytes) and the operands are 16-byte aligned (plan_held).
+#include "cuda/sequence/fused/epilogue.h"
 #include "cuda/sequence/fused/steps.h"
 #include "cuda/sequence/fused/tiles.h"
 
@@ -30,7 +31,7 @@ namespace {
 
 // 16 bytes from global `from` to shared `to`, or zeros where !inside, past
 // L1 (.cg: the rows were written by other blocks before the barrier).
-__device__ __forceinline__ void copy_16(
+[[maybe_unused]] __device__ __forceinline__ void copy_16(
     float* to,
     const float* from,
     bool inside) {
@@ -92,7 +93,7 @@ __device__ __forceinline__ Range k_range(int K, int grp) {
   return {begin, min(K, begin + span)};
 }
 
-__device__ __forceinline__ float4 quad_at(const float* p) {
+[[maybe_unused]] __device__ __forceinline__ float4 quad_at(const float* p) {
   return *reinterpret_cast<const float4*>(p);
 }
 
@@ -111,7 +112,10 @@ __device__ __forceinline__ void row_quads(
 }
 
 // acc + the dot product of four k.
-__device__ __forceinline__ float dot4(float acc, float4 x, float4 w) {
+[[maybe_unused]] __device__ __forceinline__ float dot4(
+    float acc,
+    float4 x,
+    float4 w) {
   acc = fmaf(x.x, w.x, acc);
   acc = fmaf(x.y, w.y, acc);
   acc = fmaf(x.z, w.z, acc);

@@ -23,6 +23,7 @@
 // per direction runs every step, a barrier among the blocks of a row tile
 // between them (no launch, and no host time, per step); else one launch per
 // step.
+#include "cuda/sequence/fused/epilogue.h"
 #include "cuda/sequence/fused/steps.h"
 
 #include "cuda/common/device.h"

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "cuda/common/device.h"
+#include "cuda/sequence/fused/epilogue.h"
 #include "cuda/sequence/fused/steps.h"
 #include "cuda/sequence/sequence.h"
 
