@@ -30,25 +30,54 @@ def shape_id(shape: tuple[int, ...]) -> str:
     return "T{}-B{}-F{}-S{}".format(*shape)
 
 
+def plan_or_reason(
+    path: str,
+    device: str,
+    dtype: torch.dtype,
+    shape: tuple[int, int, int, int],
+    *,
+    backward: bool = False,
+) -> tuple[str | None, str]:
+    """(the plan lltm.paths names for such a block, ""), or (None, why the path cannot run it)."""
+    steps, batch, features, state = shape
+    try:
+        return lltm.paths.plan(
+            path,
+            device=device,
+            dtype=dtype,
+            steps=steps,
+            batch=batch,
+            input_features=features,
+            state_size=state,
+            backward=backward,
+        ), ""
+    except RuntimeError as refused:
+        return None, str(refused).split(": ", 1)[1]
+
+
 def skip_unless_it_runs(
     path: str, device: str, dtype: torch.dtype, shape: tuple[int, int, int, int]
 ) -> None:
     """Skip where the path's plan says it cannot run such a block here, with its reason."""
-    steps, batch, features, state = shape
     for backward in (False, True):
-        try:
-            lltm.paths.plan(
-                path,
-                device=device,
-                dtype=dtype,
-                steps=steps,
-                batch=batch,
-                input_features=features,
-                state_size=state,
-                backward=backward,
-            )
-        except RuntimeError as e:
-            pytest.skip(str(e))
+        plan, why = plan_or_reason(path, device, dtype, shape, backward=backward)
+        if plan is None:
+            pytest.skip(f"the {path} path cannot run {shape} in {dtype}: {why}")
+
+
+def assert_ran_the_named_plans(
+    path: str,
+    ran: tuple[list[str], list[str]],
+    shape: tuple[int, int, int, int],
+    dtype: torch.dtype,
+    kernels: tuple[str, ...],
+) -> None:
+    """Each direction ran the plan lltm.paths names for it, of one of `kernels`."""
+    for backward, plans in zip((False, True), ran, strict=True):
+        want, why = plan_or_reason(path, "cuda", dtype, shape, backward=backward)
+        assert want is not None, why
+        assert plans == [want]
+        assert want.startswith(kernels), want
 
 
 def set_device_path(monkeypatch: pytest.MonkeyPatch, device: str, path: str) -> None:

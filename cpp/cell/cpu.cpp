@@ -93,7 +93,7 @@ at::Tensor run_backward(
   at::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
     for (int64_t c = first; c < last; ++c) {
       cpu::BackwardArgs<T> part = args;
-      part.d_bias_sum = want_bias ? sums_data + c * 3 * S : nullptr;
+      part.d_bias = want_bias ? sums_data + c * 3 * S : nullptr;
       k.backward(part, c * chunk, std::min(batch, (c + 1) * chunk));
     }
   });

@@ -258,8 +258,8 @@ void backward_rows(const BackwardArgs<T>& a, int64_t begin, int64_t end) {
       if (a.d_old_cell != nullptr) {
         store(a.d_old_cell + b * S + s, dc, n);
       }
-      if (a.d_bias_sum != nullptr) {
-        acc_t<T>* sum = a.d_bias_sum;
+      if (a.d_bias != nullptr) {
+        acc_t<T>* sum = a.d_bias;
         (Vec<T>::loadu(sum + s, n) + dz_i).store(sum + s, n);
         (Vec<T>::loadu(sum + S + s, n) + dz_o).store(sum + S + s, n);
         (Vec<T>::loadu(sum + 2 * S + s, n) + dz_c).store(sum + 2 * S + s, n);

@@ -1,12 +1,13 @@
-// The LLTM pointwise CPU kernels: what lltm_cpu.cpp and sequence_cpu.cpp
-// call.
+// The LLTM pointwise CPU kernels: what cpp/cell/cpu.cpp and the CPU's
+// sequence paths call.
 //
 // Each kernel works on a range of batch rows, so that the callers can split
-// the batch over threads with at::parallel_for. lltm_cpu_kernel.cpp is
-// compiled once per CPU capability, each object with its own flags, and
-// cpu_dispatch.cpp picks the table of the best one the processor runs, as
-// ATen's own kernels do.
+// the batch over threads with at::parallel_for. kernels.cpp is compiled once
+// per CPU capability, each object with its own flags, and dispatch.cpp picks
+// the table of the best one the processor runs, as ATen's own kernels do.
 #pragma once
+
+#include "cuda/common/cell_args.h"
 
 #include <ATen/OpMathType.h>
 
@@ -18,60 +19,12 @@
 
 namespace lltm::cpu {
 
-// Pointers of the forward pass over rows [0, batch), each [batch, ...] and
-// addressed by row: element (b, s) of new_h is new_h[b * state + s].
+// The cell's arguments, shared with CUDA's kernels; the bias gradient's sums
+// in the math type.
+using kernels::ForwardArgs;
+using kernels::Strided;
 template <typename T>
-struct ForwardArgs {
-  // Pre-activations [batch, 3 * state], [Z_i | Z_o | Z_c], with row stride
-  // ld_z, without the bias unless `bias` is nullptr.
-  const T* z;
-  int64_t ld_z;
-  const T* bias; // [3 * state], or nullptr
-  const T* old_cell; // [batch, state], dense
-  T* new_h; // [batch, state], dense
-  T* new_cell; // [batch, state], dense
-  // The activations i, o and g, with row stride ld_act; all nullptr when
-  // nothing is saved for a backward. They may alias z element for element:
-  // each pre-activation is read before its activation is written.
-  T* input_gate;
-  T* output_gate;
-  T* candidate_cell;
-  int64_t ld_act;
-  // z + bias written back in place (the tutorial's gate_weights), or nullptr.
-  T* z_with_bias;
-  int64_t state;
-};
-
-// A [batch, state] operand read through its strides, which may be 0 (an
-// expanded upstream gradient); nullptr reads as zeros (no gradient).
-template <typename T>
-struct Strided {
-  const T* data;
-  int64_t row_stride;
-  int64_t col_stride;
-};
-
-template <typename T>
-struct BackwardArgs {
-  Strided<T> grad_h;
-  Strided<T> grad_cell;
-  const T* new_cell; // [batch, state], dense
-  // The saved activations, with row stride ld_act.
-  const T* input_gate;
-  const T* output_gate;
-  const T* candidate_cell;
-  int64_t ld_act;
-  T* d_gates; // [batch, 3 * state], dense: [dZ_i | dZ_o | dZ_c]
-  T* d_old_cell; // [batch, state], dense, or nullptr
-  // [3 * state]: the kernel adds the column sums of d_gates over its rows
-  // (the bias gradient of those rows), or nullptr.
-  at::opmath_type<T>* d_bias_sum;
-  int64_t state;
-  // A second addend of grad_h, dense rows with row stride ld_grad_h_add (a
-  // sequence's recurrent gradient, dZ_{t+1} W_h), or nullptr.
-  const T* grad_h_add = nullptr;
-  int64_t ld_grad_h_add = 0;
-};
+using BackwardArgs = kernels::BackwardArgs<T, at::opmath_type<T>>;
 
 // One step of a sequence's forward with its recurrent GEMM fused in:
 // Z = z + h W_h^T + bias, then the forward's math on Z, without Z ever

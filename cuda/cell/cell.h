@@ -1,13 +1,17 @@
-// Launchers of the LLTM pointwise CUDA kernels (lltm_kernel.cu).
+// Launchers of the LLTM cell's CUDA kernels: the pointwise passes
+// (pointwise.cu), the small problems' (small.cu) and the tiled forward
+// (tiled.cu).
 //
 // The kernel library is plain CUDA C++: it takes raw pointers, sizes and a
-// stream, and knows nothing of ATen. cpp/lltm_cuda.cpp validates and prepares
+// stream, and knows nothing of ATen. cpp/cell/cuda.cpp validates and prepares
 // the tensors, runs the GEMMs through ATen (cuBLAS) and calls these.
 //
 // T is float, double, __half or __nv_bfloat16. Each launcher returns
 // cudaGetLastError() taken right after its last launch, for the caller to
 // check; it launches nothing when the batch or the state is empty.
 #pragma once
+
+#include "cuda/common/cell_args.h"
 
 #include <cuda_runtime_api.h>
 
@@ -16,60 +20,9 @@
 
 namespace lltm::cuda {
 
-// The forward pass over a [batch, state] problem. Rows are addressed as
-// row * ld + column.
-template <typename T>
-struct ForwardArgs {
-  // Pre-activations [batch, 3 * state] = [Z_i | Z_o | Z_c], with row stride
-  // ld_z, without the bias unless `bias` is nullptr.
-  const T* z;
-  int64_t ld_z;
-  const T* bias; // [3 * state], or nullptr
-  const T* old_cell; // [batch, state], dense
-  T* new_h; // [batch, state], dense
-  T* new_cell; // [batch, state], dense
-  // The activations i, o and g, with row stride ld_act, or all nullptr when
-  // nothing is saved for a backward. They may alias z element for element:
-  // each pre-activation is read before its activation is written.
-  T* input_gate;
-  T* output_gate;
-  T* candidate_cell;
-  int64_t ld_act;
-  // z + bias written back in place (the tutorial's gate_weights), or nullptr.
-  T* z_with_bias;
-  int64_t batch;
-  int64_t state;
-};
-
-// A [batch, state] operand read through its strides, which may be 0 (an
-// expanded upstream gradient); nullptr reads as zeros (no gradient).
-template <typename T>
-struct Strided {
-  const T* data;
-  int64_t row_stride;
-  int64_t col_stride;
-};
-
-template <typename T>
-struct BackwardArgs {
-  Strided<T> grad_h;
-  Strided<T> grad_cell;
-  const T* new_cell; // [batch, state], dense
-  // The saved activations, with row stride ld_act.
-  const T* input_gate;
-  const T* output_gate;
-  const T* candidate_cell;
-  int64_t ld_act;
-  T* d_gates; // [batch, 3 * state], dense: [dZ_i | dZ_o | dZ_c]
-  T* d_old_cell; // [batch, state], dense, or nullptr
-  T* d_bias; // [3 * state]: the column sums of d_gates, or nullptr
-  int64_t batch;
-  int64_t state;
-  // A second addend of grad_h, dense rows with row stride ld_grad_h_add (a
-  // sequence's recurrent gradient, dZ_{t+1} W_h), or nullptr.
-  const T* grad_h_add = nullptr;
-  int64_t ld_grad_h_add = 0;
-};
+using kernels::BackwardArgs;
+using kernels::ForwardArgs;
+using kernels::Strided;
 
 // Writes new_h and new_cell, and the activations when asked for.
 template <typename T>
@@ -90,7 +43,7 @@ cudaError_t launch_backward(
     void* workspace,
     cudaStream_t stream);
 
-// The small-problem path (lltm_small.cu): when the GEMMs are tiny, a cuBLAS
+// The small-problem path (small.cu): when the GEMMs are tiny, a cuBLAS
 // call costs more in launch overhead and poorly chosen kernels than the
 // math (docs/performance.md has the times). These kernels do the GEMMs
 // themselves, in the accumulation type (float for 16-bit types, never TF32).

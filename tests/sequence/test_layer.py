@@ -16,10 +16,8 @@ import lltm
 from helpers import assert_close_to_reference
 from lltm.reference import lltm_layer_reference, lltm_sequence_reference
 from sequences import (
-    DEVICE_PATHS,
     make_sequence,
     reference_with_grads,
-    set_device_path,
     shape_id,
     with_grads,
 )
@@ -27,14 +25,6 @@ from sequences import (
 # (steps, batch, input_features, state_size): the tutorial's cell, odd sizes,
 # one step, batch 1.
 SHAPES = [(6, 16, 32, 128), (5, 3, 7, 5), (1, 2, 3, 4), (7, 1, 1, 33), (4, 5, 3, 64)]
-
-
-@pytest.fixture(params=DEVICE_PATHS)
-def device(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The device to run on, with LLTM_SEQUENCE_PATH set for its path."""
-    name, path = request.param
-    set_device_path(monkeypatch, name, path)
-    return name
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=shape_id)

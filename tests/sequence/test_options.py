@@ -16,23 +16,12 @@ from torch.nn.utils.rnn import pack_padded_sequence, pack_sequence
 
 from lltm.reference import lltm_layer_reference
 from sequences import (
-    DEVICE_PATHS,
     assert_matches_the_reference,
     make_layer,
     outputs_and_grads,
     padded,
-    set_device_path,
     states,
 )
-
-
-@pytest.fixture(params=DEVICE_PATHS)
-def device(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The device to run on, with LLTM_SEQUENCE_PATH set for its path."""
-    name, path = request.param
-    set_device_path(monkeypatch, name, path)
-    return name
-
 
 # (steps, batch, features, state) and each sequence's length: mixed lengths
 # with ties, every length different, all equal, one step, one sequence.

@@ -1,11 +1,6 @@
-"""LLTMLayer's nn.LSTM options through the ops (gradcheck, opcheck, torch.compile), its interface, and its errors.
+"""LLTMLayer's options through the ops (gradcheck, opcheck, torch.compile), its interface and its errors.
 
-The reference is :func:`lltm.reference.lltm_layer_reference`: each sequence
-run alone over its own steps by a Python loop of the pure-PyTorch cell, in
-float64. In float64 the layer matches it to 1e-10 in every output, state and
-gradient. On CUDA each case runs on each path (LLTM_SEQUENCE_PATH); a packed
-batch's segments run as on CUDA (several steps, padding rows) and as on the
-CPU (one per change of the batch) with LLTM_SEGMENT_STEPS.
+The layout of test_options.py: every case on the CPU and on each CUDA path.
 """
 
 from __future__ import annotations
@@ -25,21 +20,11 @@ import lltm
 from helpers import assert_a_graph_replays_the_layer
 from sequences import (
     CUDA_PATHS,
-    DEVICE_PATHS,
     assert_matches_the_reference,
     make_layer,
     set_device_path,
     states,
 )
-
-
-@pytest.fixture(params=DEVICE_PATHS)
-def device(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The device to run on, with LLTM_SEQUENCE_PATH set for its path."""
-    name, path = request.param
-    set_device_path(monkeypatch, name, path)
-    return name
-
 
 # --- the ops ---------------------------------------------------------------------------
 

@@ -164,7 +164,7 @@ at::Tensor backward_loop(
     args.ld_act = 3 * S;
     args.d_gates = dz + t * B * 3 * S;
     args.d_old_cell = dc_data[t % 2];
-    args.d_bias_sum = nullptr; // summed over all steps at the end
+    args.d_bias = nullptr; // summed over all steps at the end
     args.state = S;
     at::parallel_for(0, B, grain, [&](int64_t begin, int64_t end) {
       k.backward(args, begin, end);

@@ -40,13 +40,10 @@ bool window(const Block& block) {
 }
 
 std::optional<Plan> plan(const Block& block, std::string* why_not) {
-  cuda::SequencePlan p;
-  with_kernel_type(block.dtype, [&](auto k) {
-    C10_CUDA_CHECK(
-        cuda::plan_cluster<decltype(k)>(
-            block.sizes.batch, block.sizes.state_size, block.backward, &p));
+  return plan_with(block, why_not, [&](auto k, cuda::SequencePlan* p) {
+    return cuda::plan_cluster<decltype(k)>(
+        block.sizes.batch, block.sizes.state_size, block.backward, p);
   });
-  return as_plan(p, why_not);
 }
 
 const Path kCluster{

@@ -36,12 +36,9 @@ bool window(const Block& block) {
 // Every block: W_h's rows S + F apart (the weights' own layout).
 std::optional<Plan> plan(const Block& block, std::string* why_not) {
   const auto [T, B, F, S] = block.sizes;
-  cuda::SequencePlan p;
-  with_kernel_type(block.dtype, [&](auto k) {
-    C10_CUDA_CHECK(
-        cuda::plan_fused<decltype(k)>(T, B, S, S + F, block.backward, &p));
+  return plan_with(block, why_not, [&](auto k, cuda::SequencePlan* p) {
+    return cuda::plan_fused<decltype(k)>(T, B, S, S + F, block.backward, p);
   });
-  return as_plan(p, why_not);
 }
 
 // W_h as the plan reads it: with unit column stride; where it takes 16-byte

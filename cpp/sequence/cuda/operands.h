@@ -72,6 +72,19 @@ void with_kernel_type(at::ScalarType dtype, F&& f) {
       });
 }
 
+// A path's plan from the kernel library's planner(K{}, &plan), K the
+// block's type; a failed query of the device raises.
+template <typename Planner>
+std::optional<Plan> plan_with(
+    const Block& block,
+    std::string* why_not,
+    Planner&& planner) {
+  cuda::SequencePlan plan;
+  with_kernel_type(
+      block.dtype, [&](auto k) { C10_CUDA_CHECK(planner(k, &plan)); });
+  return as_plan(plan, why_not);
+}
+
 // Whether the fused steps of a dtype run on the current GPU's tensor cores,
 // which moves the windows of auto's rules.
 inline bool steps_on_tensor_cores(at::ScalarType dtype) {

@@ -121,8 +121,6 @@ bool cooperative_of(const FusedShape& shape, const DeviceLimits& limits) {
   }
 }
 
-} // namespace
-
 template <typename T, bool Backward>
 void plan_chunked(
     const FusedShape& shape,
@@ -185,22 +183,28 @@ cudaError_t launch_chunked_backward(
       });
 }
 
-#define LLTM_INSTANTIATE(T)                                   \
-  template void plan_chunked<T, false>(                       \
-      const FusedShape&, const DeviceLimits&, SequencePlan*); \
-  template void plan_chunked<T, true>(                        \
-      const FusedShape&, const DeviceLimits&, SequencePlan*); \
-  template cudaError_t launch_chunked_forward<T>(             \
-      const FusedForwardArgs<T>&,                             \
-      const SequencePlan&,                                    \
-      unsigned*,                                              \
-      cudaStream_t);                                          \
-  template cudaError_t launch_chunked_backward<T>(            \
-      const FusedBackwardArgs<T>&,                            \
-      const SequencePlan&,                                    \
-      acc_t<T>*,                                              \
-      unsigned*,                                              \
-      cudaStream_t);
+// Every block.
+template <typename T>
+bool plan(
+    const FusedShape& shape,
+    const DeviceLimits& limits,
+    bool backward,
+    SequencePlan* out) {
+  backward ? plan_chunked<T, true>(shape, limits, out)
+           : plan_chunked<T, false>(shape, limits, out);
+  return true;
+}
+
+} // namespace
+
+template <typename T>
+const FusedKernel<T>& chunked_kernel() {
+  static constexpr FusedKernel<T> kKernel{
+      &plan<T>, &launch_chunked_forward<T>, &launch_chunked_backward<T>};
+  return kKernel;
+}
+
+#define LLTM_INSTANTIATE(T) template const FusedKernel<T>& chunked_kernel<T>();
 
 LLTM_FOR_EACH_TYPE(LLTM_INSTANTIATE)
 

@@ -303,15 +303,13 @@ cudaError_t launch_held(
   return launched != cudaSuccess ? launched : cudaGetLastError();
 }
 
-} // namespace
-
 // W_h is held where the next larger tile's grid does not fill the GPU, on
 // sm_80 on with cooperative launches, for two steps or more, a state of a
 // multiple of 4 (the caller's rows operands then 16-byte aligned), and the
 // smallest tile's grid resident at once with its shared memory. A failed
 // query is a "no", and is cleared.
 template <bool Backward>
-bool plan_held(
+bool plan_held_of(
     const FusedShape& shape,
     const DeviceLimits& limits,
     SequencePlan* out) {
@@ -395,13 +393,21 @@ cudaError_t launch_held_backward(
       dc);
 }
 
-template bool plan_held<false>(
-    const FusedShape&,
-    const DeviceLimits&,
-    SequencePlan*);
-template bool plan_held<true>(
-    const FusedShape&,
-    const DeviceLimits&,
-    SequencePlan*);
+bool plan_held(
+    const FusedShape& shape,
+    const DeviceLimits& limits,
+    bool backward,
+    SequencePlan* out) {
+  return backward ? plan_held_of<true>(shape, limits, out)
+                  : plan_held_of<false>(shape, limits, out);
+}
+
+} // namespace
+
+const FusedKernel<float>& held_kernel() {
+  static constexpr FusedKernel<float> kKernel{
+      &plan_held, &launch_held_forward, &launch_held_backward};
+  return kKernel;
+}
 
 } // namespace lltm::cuda::detail

@@ -538,18 +538,20 @@ bool vectors_fit(
   return aligned16(rows) && aligned16({w}) && state % 8 == 0 && ld_w % 8 == 0;
 }
 
-} // namespace
-
-template <typename T, bool Backward>
-void plan_mma(
+// Every block, where the type runs on this GPU's tensor cores.
+template <typename T>
+bool plan_mma(
     const FusedShape& shape,
     const DeviceLimits& limits,
+    bool backward,
     SequencePlan* out) {
-  if constexpr (Backward) {
-    plan_tiles<T, true, Backward2, Backward1, Backward0>(shape, limits, out);
-  } else {
-    plan_tiles<T, false, Forward2, Forward1, Forward0>(shape, limits, out);
+  if (!step_mma_runs<T>(limits)) {
+    return false;
   }
+  backward
+      ? plan_tiles<T, true, Backward2, Backward1, Backward0>(shape, limits, out)
+      : plan_tiles<T, false, Forward2, Forward1, Forward0>(shape, limits, out);
+  return true;
 }
 
 template <typename T>
@@ -601,26 +603,16 @@ cudaError_t launch_mma_backward(
   });
 }
 
-#define LLTM_INSTANTIATE(T)                                   \
-  template void plan_mma<T, false>(                           \
-      const FusedShape&, const DeviceLimits&, SequencePlan*); \
-  template void plan_mma<T, true>(                            \
-      const FusedShape&, const DeviceLimits&, SequencePlan*); \
-  template cudaError_t launch_mma_forward<T>(                 \
-      const FusedForwardArgs<T>&,                             \
-      const SequencePlan&,                                    \
-      unsigned*,                                              \
-      cudaStream_t);                                          \
-  template cudaError_t launch_mma_backward<T>(                \
-      const FusedBackwardArgs<T>&,                            \
-      const SequencePlan&,                                    \
-      float*,                                                 \
-      unsigned*,                                              \
-      cudaStream_t);
+} // namespace
 
-LLTM_INSTANTIATE(__half)
-LLTM_INSTANTIATE(__nv_bfloat16)
+template <typename T>
+const FusedKernel<T>& mma_kernel() {
+  static constexpr FusedKernel<T> kKernel{
+      &plan_mma<T>, &launch_mma_forward<T>, &launch_mma_backward<T>};
+  return kKernel;
+}
 
-#undef LLTM_INSTANTIATE
+template const FusedKernel<__half>& mma_kernel<__half>();
+template const FusedKernel<__nv_bfloat16>& mma_kernel<__nv_bfloat16>();
 
 } // namespace lltm::cuda::detail

@@ -1,7 +1,5 @@
 // The fused steps' plans and launches (sequence.h): which kernel runs a
-// block (tensor cores where the type has them on this GPU; else W_h held in
-// float where the GPU is not filled; else W_h in chunks), and the launch of
-// a plan, which chooses nothing.
+// block (kernels(), below), and the launch of a plan, which chooses nothing.
 #include "cuda/sequence/fused/steps.h"
 #include "cuda/sequence/fused/tiles.h"
 
@@ -12,6 +10,7 @@
 #include <cuda_fp16.h>
 
 #include <type_traits>
+#include <vector>
 
 namespace lltm::cuda {
 namespace {
@@ -49,12 +48,44 @@ template <typename T>
 constexpr bool k16Bit =
     std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
 
-// Whether the plan is a fused one of this direction, for these operands.
-bool runs(const SequencePlan& plan, bool backward) {
-  return plan.backward == backward &&
-      (plan.kernel == SequenceKernel::kFusedChunked ||
-       plan.kernel == SequenceKernel::kFusedHeld ||
-       plan.kernel == SequenceKernel::kFusedMma);
+// The kernels that may take a block, in the order they are asked: tensor
+// cores where the type has them on this GPU; W_h held, in float, where the
+// GPU is not filled; W_h in chunks, every block.
+template <typename T>
+const std::vector<const FusedKernel<T>*>& kernels() {
+  static const std::vector<const FusedKernel<T>*> list = [] {
+    std::vector<const FusedKernel<T>*> out;
+    if constexpr (k16Bit<T>) {
+      out.push_back(&mma_kernel<T>());
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      out.push_back(&held_kernel());
+    }
+    out.push_back(&chunked_kernel<T>());
+    return out;
+  }();
+  return list;
+}
+
+// The kernel a plan launches, or nullptr where it is no fused one of T.
+template <typename T>
+const FusedKernel<T>* kernel_of(const SequencePlan& plan) {
+  switch (plan.kernel) {
+    case SequenceKernel::kFusedMma:
+      if constexpr (k16Bit<T>) {
+        return &mma_kernel<T>();
+      }
+      return nullptr;
+    case SequenceKernel::kFusedHeld:
+      if constexpr (std::is_same_v<T, float>) {
+        return &held_kernel();
+      }
+      return nullptr;
+    case SequenceKernel::kFusedChunked:
+      return &chunked_kernel<T>();
+    default:
+      return nullptr;
+  }
 }
 
 } // namespace
@@ -81,22 +112,12 @@ cudaError_t plan_fused(
   const FusedShape shape{steps, batch, state, ld_w};
   out->workspace_bytes =
       (backward ? dc_bytes<T>(batch, state) : 0) + arrivals_bytes<T>(batch);
-  if constexpr (k16Bit<T>) {
-    if (step_mma_runs<T>(limits)) {
-      backward ? plan_mma<T, true>(shape, limits, out)
-               : plan_mma<T, false>(shape, limits, out);
+  for (const FusedKernel<T>* kernel : kernels<T>()) {
+    if (kernel->plan(shape, limits, backward, out)) {
       return cudaSuccess;
     }
   }
-  if constexpr (std::is_same_v<T, float>) {
-    if (backward ? plan_held<true>(shape, limits, out)
-                 : plan_held<false>(shape, limits, out)) {
-      return cudaSuccess;
-    }
-  }
-  backward ? plan_chunked<T, true>(shape, limits, out)
-           : plan_chunked<T, false>(shape, limits, out);
-  return cudaSuccess;
+  return cudaErrorInvalidValue; // the chunked kernel takes every block
 }
 
 template <typename T>
@@ -114,24 +135,13 @@ cudaError_t launch_fused_forward(
   if (a.steps == 0 || a.batch == 0 || a.state == 0) {
     return cudaSuccess;
   }
-  if (!runs(plan, false)) {
+  if (plan.backward) {
     return cudaErrorInvalidValue;
   }
-  unsigned* arrivals = arrivals_in<T>(workspace, 0, a.batch);
-  switch (plan.kernel) {
-    case SequenceKernel::kFusedMma:
-      if constexpr (k16Bit<T>) {
-        return launch_mma_forward(a, plan, arrivals, stream);
-      }
-      return cudaErrorInvalidValue;
-    case SequenceKernel::kFusedHeld:
-      if constexpr (std::is_same_v<T, float>) {
-        return launch_held_forward(a, plan, arrivals, stream);
-      }
-      return cudaErrorInvalidValue;
-    default:
-      return launch_chunked_forward(a, plan, arrivals, stream);
-  }
+  const FusedKernel<T>* kernel = kernel_of<T>(plan);
+  return kernel != nullptr
+      ? kernel->forward(a, plan, arrivals_in<T>(workspace, 0, a.batch), stream)
+      : cudaErrorInvalidValue;
 }
 
 template <typename T>
@@ -143,26 +153,16 @@ cudaError_t launch_fused_backward(
   if (a.steps == 0 || a.batch == 0 || a.state == 0) {
     return cudaSuccess;
   }
-  if (!runs(plan, true)) {
+  if (!plan.backward) {
     return cudaErrorInvalidValue;
   }
-  auto* dc = static_cast<acc_t<T>*>(workspace);
+  const FusedKernel<T>* kernel = kernel_of<T>(plan);
   unsigned* arrivals =
       arrivals_in<T>(workspace, dc_bytes<T>(a.batch, a.state), a.batch);
-  switch (plan.kernel) {
-    case SequenceKernel::kFusedMma:
-      if constexpr (k16Bit<T>) {
-        return launch_mma_backward(a, plan, dc, arrivals, stream);
-      }
-      return cudaErrorInvalidValue;
-    case SequenceKernel::kFusedHeld:
-      if constexpr (std::is_same_v<T, float>) {
-        return launch_held_backward(a, plan, dc, arrivals, stream);
-      }
-      return cudaErrorInvalidValue;
-    default:
-      return launch_chunked_backward(a, plan, dc, arrivals, stream);
-  }
+  return kernel != nullptr
+      ? kernel->backward(
+            a, plan, static_cast<acc_t<T>*>(workspace), arrivals, stream)
+      : cudaErrorInvalidValue;
 }
 
 #define LLTM_INSTANTIATE(T)                                                  \

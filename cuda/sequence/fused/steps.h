@@ -357,66 +357,37 @@ bool step_mma_runs(const DeviceLimits& limits) {
   }
 }
 
-// Each kernel's plan of a fused block (plan.cu picks the kernel), and its
-// launches of that plan. `arrivals`: the counters of a cooperative launch's
-// barriers (arrivals_size); `dc`: the backward's running cell gradient.
+// What each kernel of the fused steps brings to plan.cu: its plan of a
+// block, where it takes the block (false: it does not), and its launches of
+// a plan. `arrivals`: the counters of a cooperative launch's barriers
+// (arrivals_size); `dc`: the backward's running cell gradient.
+template <typename T>
+struct FusedKernel {
+  bool (*plan)(
+      const FusedShape& shape,
+      const DeviceLimits& limits,
+      bool backward,
+      SequencePlan* out);
+  cudaError_t (*forward)(
+      const FusedForwardArgs<T>& args,
+      const SequencePlan& plan,
+      unsigned* arrivals,
+      cudaStream_t stream);
+  cudaError_t (*backward)(
+      const FusedBackwardArgs<T>& args,
+      const SequencePlan& plan,
+      acc_t<T>* dc,
+      unsigned* arrivals,
+      cudaStream_t stream);
+};
 
-template <typename T, bool Backward>
-void plan_chunked(
-    const FusedShape& shape,
-    const DeviceLimits& limits,
-    SequencePlan* out);
+// W_h in chunks (chunked.cu: every type), held (held.cu: float alone) and
+// on tensor cores (mma.cu: float16 and bfloat16 alone).
 template <typename T>
-cudaError_t launch_chunked_forward(
-    const FusedForwardArgs<T>& a,
-    const SequencePlan& plan,
-    unsigned* arrivals,
-    cudaStream_t stream);
+const FusedKernel<T>& chunked_kernel();
+const FusedKernel<float>& held_kernel();
 template <typename T>
-cudaError_t launch_chunked_backward(
-    const FusedBackwardArgs<T>& a,
-    const SequencePlan& plan,
-    acc_t<T>* dc,
-    unsigned* arrivals,
-    cudaStream_t stream);
-
-// float alone; false where W_h cannot be held.
-template <bool Backward>
-bool plan_held(
-    const FusedShape& shape,
-    const DeviceLimits& limits,
-    SequencePlan* out);
-cudaError_t launch_held_forward(
-    const FusedForwardArgs<float>& a,
-    const SequencePlan& plan,
-    unsigned* arrivals,
-    cudaStream_t stream);
-cudaError_t launch_held_backward(
-    const FusedBackwardArgs<float>& a,
-    const SequencePlan& plan,
-    float* dc,
-    unsigned* arrivals,
-    cudaStream_t stream);
-
-// __half and __nv_bfloat16 alone.
-template <typename T, bool Backward>
-void plan_mma(
-    const FusedShape& shape,
-    const DeviceLimits& limits,
-    SequencePlan* out);
-template <typename T>
-cudaError_t launch_mma_forward(
-    const FusedForwardArgs<T>& a,
-    const SequencePlan& plan,
-    unsigned* arrivals,
-    cudaStream_t stream);
-template <typename T>
-cudaError_t launch_mma_backward(
-    const FusedBackwardArgs<T>& a,
-    const SequencePlan& plan,
-    float* dc,
-    unsigned* arrivals,
-    cudaStream_t stream);
+const FusedKernel<T>& mma_kernel();
 
 // Whether the pointers are 16-byte aligned, as a plan's vectors need.
 inline bool aligned16(std::initializer_list<const void*> pointers) {

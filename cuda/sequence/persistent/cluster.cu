@@ -429,8 +429,6 @@ int64_t clusters_at_once(const DeviceLimits& limits, int blocks) {
   return clusters;
 }
 
-} // namespace
-
 template <typename T, bool Backward>
 cudaError_t plan_cluster_simt(int64_t batch, int64_t state, SequencePlan* out) {
   using A = acc_t<T>;
@@ -495,46 +493,42 @@ cudaError_t plan_cluster_simt(int64_t batch, int64_t state, SequencePlan* out) {
   out->shared_bytes = static_cast<size_t>(bytes);
   return cudaSuccess;
 }
+template <typename T>
+cudaError_t plan_simt(
+    int64_t batch,
+    int64_t state,
+    bool backward,
+    SequencePlan* out) {
+  return backward ? plan_cluster_simt<T, true>(batch, state, out)
+                  : plan_cluster_simt<T, false>(batch, state, out);
+}
+
 template <typename T, bool Backward, typename Args>
-cudaError_t launch_cluster(
+cudaError_t launch_simt(
     const Args& args,
     const SequencePlan& plan,
+    void* /*workspace*/,
     cudaStream_t stream) {
-  Args a = args;
-  ClusterTiling tiling = plan.cluster;
-  void* params[] = {&a, &tiling};
-  ClusterLaunch launch(
-      plan.blocks, kClusterThreads, plan.shared_bytes, stream, plan.tiles);
-  const cudaError_t launched =
-      cudaLaunchKernelExC(&launch.config, kernel_of<T, Backward>(), params);
-  return launched != cudaSuccess ? launched : cudaGetLastError();
+  return launch_clusters(
+      kernel_of<T, Backward>(),
+      args,
+      plan.cluster,
+      plan,
+      kClusterThreads,
+      stream);
 }
+
+} // namespace
 
 template <typename T>
-cudaError_t launch_cluster_simt_forward(
-    const SequenceForwardArgs<T>& args,
-    const SequencePlan& plan,
-    cudaStream_t stream) {
-  return launch_cluster<T, false>(args, plan, stream);
+const PersistentKernel<T>& cluster_simt_kernel() {
+  static constexpr PersistentKernel<T> kKernel{
+      &plan_simt<T>, &launch_simt<T, false>, &launch_simt<T, true>};
+  return kKernel;
 }
 
-template <typename T>
-cudaError_t launch_cluster_simt_backward(
-    const SequenceBackwardArgs<T>& args,
-    const SequencePlan& plan,
-    cudaStream_t stream) {
-  return launch_cluster<T, true>(args, plan, stream);
-}
-
-#define LLTM_INSTANTIATE(T)                                              \
-  template cudaError_t plan_cluster_simt<T, false>(                      \
-      int64_t, int64_t, SequencePlan*);                                  \
-  template cudaError_t plan_cluster_simt<T, true>(                       \
-      int64_t, int64_t, SequencePlan*);                                  \
-  template cudaError_t launch_cluster_simt_forward<T>(                   \
-      const SequenceForwardArgs<T>&, const SequencePlan&, cudaStream_t); \
-  template cudaError_t launch_cluster_simt_backward<T>(                  \
-      const SequenceBackwardArgs<T>&, const SequencePlan&, cudaStream_t);
+#define LLTM_INSTANTIATE(T) \
+  template const PersistentKernel<T>& cluster_simt_kernel<T>();
 
 LLTM_FOR_EACH_TYPE(LLTM_INSTANTIATE)
 

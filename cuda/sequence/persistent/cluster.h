@@ -206,6 +206,26 @@ struct ClusterLaunch {
   ClusterLaunch& operator=(const ClusterLaunch&) = delete;
 };
 
+// kernel(args, tiling) as a cluster plan says: plan.tiles clusters of
+// plan.blocks blocks of `threads` threads.
+template <typename Args, typename Tiling>
+cudaError_t launch_clusters(
+    const void* kernel,
+    const Args& args,
+    const Tiling& tiling,
+    const SequencePlan& plan,
+    int threads,
+    cudaStream_t stream) {
+  Args a = args;
+  Tiling t = tiling;
+  void* params[] = {&a, &t};
+  ClusterLaunch launch(
+      plan.blocks, threads, plan.shared_bytes, stream, plan.tiles);
+  const cudaError_t launched =
+      cudaLaunchKernelExC(&launch.config, kernel, params);
+  return launched != cudaSuccess ? launched : cudaGetLastError();
+}
+
 // The most blocks of Kernel (of `threads` threads) that one cluster of this
 // device runs at the device's most shared memory per block (16, on sm_90,
 // where the device allows a cluster beyond the portable 8), or 0 where it

@@ -647,8 +647,6 @@ int64_t round_up(int64_t n, int64_t m) {
 // there are warps to spare (up to kSplitWarps in all); at most two epilogue
 // items per thread; and the shared memory of W_h's slice, the two tiles, the
 // two stages and the partial sums.
-} // namespace
-
 template <typename T, bool Backward>
 cudaError_t plan_cluster_mma(int64_t batch, int64_t state, SequencePlan* out) {
   DeviceLimits limits{};
@@ -716,52 +714,39 @@ cudaError_t plan_cluster_mma(int64_t batch, int64_t state, SequencePlan* out) {
   return cudaSuccess;
 }
 
+template <typename T>
+cudaError_t plan_mma(
+    int64_t batch,
+    int64_t state,
+    bool backward,
+    SequencePlan* out) {
+  return backward ? plan_cluster_mma<T, true>(batch, state, out)
+                  : plan_cluster_mma<T, false>(batch, state, out);
+}
+
 template <typename T, bool Backward, typename Args>
-cudaError_t launch_cluster_mma(
+cudaError_t launch_mma(
     const Args& args,
     const SequencePlan& plan,
+    void* /*workspace*/,
     cudaStream_t stream) {
-  Args a = args;
-  MmaTiling tiling = plan.mma;
-  void* params[] = {&a, &tiling};
-  ClusterLaunch launch(plan.blocks, kMmaThreads, plan.shared_bytes, stream);
   const void* kernel = Backward
       ? reinterpret_cast<const void*>(&cluster_mma_backward_kernel<T>)
       : reinterpret_cast<const void*>(&cluster_mma_forward_kernel<T>);
-  const cudaError_t launched =
-      cudaLaunchKernelExC(&launch.config, kernel, params);
-  return launched != cudaSuccess ? launched : cudaGetLastError();
+  return launch_clusters(kernel, args, plan.mma, plan, kMmaThreads, stream);
 }
+
+} // namespace
 
 template <typename T>
-cudaError_t launch_cluster_mma_forward(
-    const SequenceForwardArgs<T>& args,
-    const SequencePlan& plan,
-    cudaStream_t stream) {
-  return launch_cluster_mma<T, false>(args, plan, stream);
+const PersistentKernel<T>& cluster_mma_kernel() {
+  static constexpr PersistentKernel<T> kKernel{
+      &plan_mma<T>, &launch_mma<T, false>, &launch_mma<T, true>};
+  return kKernel;
 }
 
-template <typename T>
-cudaError_t launch_cluster_mma_backward(
-    const SequenceBackwardArgs<T>& args,
-    const SequencePlan& plan,
-    cudaStream_t stream) {
-  return launch_cluster_mma<T, true>(args, plan, stream);
-}
-
-#define LLTM_INSTANTIATE(T)                                              \
-  template cudaError_t plan_cluster_mma<T, false>(                       \
-      int64_t, int64_t, SequencePlan*);                                  \
-  template cudaError_t plan_cluster_mma<T, true>(                        \
-      int64_t, int64_t, SequencePlan*);                                  \
-  template cudaError_t launch_cluster_mma_forward<T>(                    \
-      const SequenceForwardArgs<T>&, const SequencePlan&, cudaStream_t); \
-  template cudaError_t launch_cluster_mma_backward<T>(                   \
-      const SequenceBackwardArgs<T>&, const SequencePlan&, cudaStream_t);
-
-LLTM_INSTANTIATE(__half)
-LLTM_INSTANTIATE(__nv_bfloat16)
-
-#undef LLTM_INSTANTIATE
+template const PersistentKernel<__half>& cluster_mma_kernel<__half>();
+template const PersistentKernel<__nv_bfloat16>& cluster_mma_kernel<
+    __nv_bfloat16>();
 
 } // namespace lltm::cuda::detail

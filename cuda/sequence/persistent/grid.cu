@@ -360,8 +360,6 @@ const void* kernel_of() {
 // items than threads, lanes split each item's dot product.
 constexpr int64_t kItemsPerBlock = 32;
 
-} // namespace
-
 template <typename T, bool Backward>
 cudaError_t plan_grid_kernel(int64_t batch, int64_t state, SequencePlan* out) {
   using A = acc_t<T>;
@@ -452,54 +450,49 @@ cudaError_t plan_grid_kernel(int64_t batch, int64_t state, SequencePlan* out) {
 }
 
 template <typename T>
-cudaError_t launch_grid_forward(
-    const SequenceForwardArgs<T>& args,
+cudaError_t plan_grid(
+    int64_t batch,
+    int64_t state,
+    bool backward,
+    SequencePlan* out) {
+  return backward ? plan_grid_kernel<T, true>(batch, state, out)
+                  : plan_grid_kernel<T, false>(batch, state, out);
+}
+
+// The cooperative launch of the grid's kernel; the backward's workspace is
+// dc, the running cell gradient.
+template <typename T, bool Backward, typename Args>
+cudaError_t launch_grid(
+    const Args& args,
     const SequencePlan& plan,
+    void* workspace,
     cudaStream_t stream) {
-  SequenceForwardArgs<T> a = args;
+  Args a = args;
   GridTiling tiling = plan.grid;
-  void* params[] = {&a, &tiling};
+  auto* dc = static_cast<acc_t<T>*>(workspace);
+  void* backward_params[] = {&a, &tiling, &dc};
+  void* forward_params[] = {&a, &tiling};
   const cudaError_t launched = cudaLaunchCooperativeKernel(
-      kernel_of<T, false>(),
+      kernel_of<T, Backward>(),
       dim3(static_cast<unsigned int>(plan.blocks)),
       dim3(kThreads),
-      params,
+      Backward ? backward_params : forward_params,
       plan.shared_bytes,
       stream);
   return launched != cudaSuccess ? launched : cudaGetLastError();
 }
+
+} // namespace
 
 template <typename T>
-cudaError_t launch_grid_backward(
-    const SequenceBackwardArgs<T>& args,
-    const SequencePlan& plan,
-    acc_t<T>* dc,
-    cudaStream_t stream) {
-  SequenceBackwardArgs<T> a = args;
-  GridTiling tiling = plan.grid;
-  void* params[] = {&a, &tiling, &dc};
-  const cudaError_t launched = cudaLaunchCooperativeKernel(
-      kernel_of<T, true>(),
-      dim3(static_cast<unsigned int>(plan.blocks)),
-      dim3(kThreads),
-      params,
-      plan.shared_bytes,
-      stream);
-  return launched != cudaSuccess ? launched : cudaGetLastError();
+const PersistentKernel<T>& grid_kernel() {
+  static constexpr PersistentKernel<T> kKernel{
+      &plan_grid<T>, &launch_grid<T, false>, &launch_grid<T, true>};
+  return kKernel;
 }
 
-#define LLTM_INSTANTIATE(T)                                              \
-  template cudaError_t plan_grid_kernel<T, false>(                       \
-      int64_t, int64_t, SequencePlan*);                                  \
-  template cudaError_t plan_grid_kernel<T, true>(                        \
-      int64_t, int64_t, SequencePlan*);                                  \
-  template cudaError_t launch_grid_forward<T>(                           \
-      const SequenceForwardArgs<T>&, const SequencePlan&, cudaStream_t); \
-  template cudaError_t launch_grid_backward<T>(                          \
-      const SequenceBackwardArgs<T>&,                                    \
-      const SequencePlan&,                                               \
-      acc_t<T>*,                                                         \
-      cudaStream_t);
+#define LLTM_INSTANTIATE(T) \
+  template const PersistentKernel<T>& grid_kernel<T>();
 
 LLTM_FOR_EACH_TYPE(LLTM_INSTANTIATE)
 

@@ -67,47 +67,32 @@ inline int lanes_for(int64_t items, int threads = kThreads) {
   return lanes;
 }
 
-// Each kernel's plan for a [batch, state] block (kernel kNone where it does
-// not fit), and its launches of such a plan.
-template <typename T, bool Backward>
-cudaError_t plan_grid_kernel(int64_t batch, int64_t state, SequencePlan* out);
+// What each persistent kernel brings to plan.cu: its plan of a [batch,
+// state] block (kernel kNone where it does not fit), and its launches of a
+// plan, with plan.workspace_bytes of workspace.
 template <typename T>
-cudaError_t launch_grid_forward(
-    const SequenceForwardArgs<T>& args,
-    const SequencePlan& plan,
-    cudaStream_t stream);
-template <typename T>
-cudaError_t launch_grid_backward(
-    const SequenceBackwardArgs<T>& args,
-    const SequencePlan& plan,
-    acc_t<T>* dc,
-    cudaStream_t stream);
+struct PersistentKernel {
+  cudaError_t (
+      *plan)(int64_t batch, int64_t state, bool backward, SequencePlan* out);
+  cudaError_t (*forward)(
+      const SequenceForwardArgs<T>& args,
+      const SequencePlan& plan,
+      void* workspace,
+      cudaStream_t stream);
+  cudaError_t (*backward)(
+      const SequenceBackwardArgs<T>& args,
+      const SequencePlan& plan,
+      void* workspace,
+      cudaStream_t stream);
+};
 
-template <typename T, bool Backward>
-cudaError_t plan_cluster_simt(int64_t batch, int64_t state, SequencePlan* out);
+// The grid (grid.cu), the cluster on CUDA cores (cluster.cu) and on tensor
+// cores (cluster_mma.cu: float16 and bfloat16 alone).
 template <typename T>
-cudaError_t launch_cluster_simt_forward(
-    const SequenceForwardArgs<T>& args,
-    const SequencePlan& plan,
-    cudaStream_t stream);
+const PersistentKernel<T>& grid_kernel();
 template <typename T>
-cudaError_t launch_cluster_simt_backward(
-    const SequenceBackwardArgs<T>& args,
-    const SequencePlan& plan,
-    cudaStream_t stream);
-
-// float16 and bfloat16 alone.
-template <typename T, bool Backward>
-cudaError_t plan_cluster_mma(int64_t batch, int64_t state, SequencePlan* out);
+const PersistentKernel<T>& cluster_simt_kernel();
 template <typename T>
-cudaError_t launch_cluster_mma_forward(
-    const SequenceForwardArgs<T>& args,
-    const SequencePlan& plan,
-    cudaStream_t stream);
-template <typename T>
-cudaError_t launch_cluster_mma_backward(
-    const SequenceBackwardArgs<T>& args,
-    const SequencePlan& plan,
-    cudaStream_t stream);
+const PersistentKernel<T>& cluster_mma_kernel();
 
 } // namespace lltm::cuda::detail

@@ -48,14 +48,31 @@ SequencePlan planned(int64_t batch, int64_t state, bool backward, Planner p) {
 template <typename T>
 SequencePlan simt_plan(int64_t batch, int64_t state, bool backward) {
   return planned<T>(batch, state, backward, [&](SequencePlan* out) {
-    return backward ? plan_cluster_simt<T, true>(batch, state, out)
-                    : plan_cluster_simt<T, false>(batch, state, out);
+    return cluster_simt_kernel<T>().plan(batch, state, backward, out);
   });
 }
 
 template <typename T>
 constexpr bool k16Bit =
     std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+
+// The kernel a plan launches, or nullptr where it is no persistent one of T.
+template <typename T>
+const PersistentKernel<T>* kernel_of(const SequencePlan& plan) {
+  switch (plan.kernel) {
+    case SequenceKernel::kGrid:
+      return &grid_kernel<T>();
+    case SequenceKernel::kClusterSimt:
+      return &cluster_simt_kernel<T>();
+    case SequenceKernel::kClusterMma:
+      if constexpr (k16Bit<T>) {
+        return &cluster_mma_kernel<T>();
+      }
+      return nullptr;
+    default:
+      return nullptr;
+  }
+}
 
 } // namespace
 
@@ -66,8 +83,7 @@ cudaError_t plan_grid(
     bool backward,
     SequencePlan* out) {
   *out = planned<T>(batch, state, backward, [&](SequencePlan* plan) {
-    return backward ? plan_grid_kernel<T, true>(batch, state, plan)
-                    : plan_grid_kernel<T, false>(batch, state, plan);
+    return grid_kernel<T>().plan(batch, state, backward, plan);
   });
   return cudaSuccess;
 }
@@ -81,8 +97,7 @@ cudaError_t plan_cluster(
   if constexpr (k16Bit<T>) {
     const SequencePlan mma =
         planned<T>(batch, state, backward, [&](SequencePlan* plan) {
-          return backward ? plan_cluster_mma<T, true>(batch, state, plan)
-                          : plan_cluster_mma<T, false>(batch, state, plan);
+          return cluster_mma_kernel<T>().plan(batch, state, backward, plan);
         });
     if (mma.kernel == SequenceKernel::kClusterMma) {
       // At batch 1 the CUDA cores' exchange, from registers and with no
@@ -136,19 +151,9 @@ cudaError_t launch_sequence_forward(
   if (plan.backward) {
     return cudaErrorInvalidValue;
   }
-  switch (plan.kernel) {
-    case SequenceKernel::kGrid:
-      return launch_grid_forward(a, plan, stream);
-    case SequenceKernel::kClusterSimt:
-      return launch_cluster_simt_forward(a, plan, stream);
-    case SequenceKernel::kClusterMma:
-      if constexpr (k16Bit<T>) {
-        return launch_cluster_mma_forward(a, plan, stream);
-      }
-      return cudaErrorInvalidValue;
-    default:
-      return cudaErrorInvalidValue;
-  }
+  const PersistentKernel<T>* kernel = kernel_of<T>(plan);
+  return kernel != nullptr ? kernel->forward(a, plan, nullptr, stream)
+                           : cudaErrorInvalidValue;
 }
 
 template <typename T>
@@ -163,20 +168,9 @@ cudaError_t launch_sequence_backward(
   if (!plan.backward) {
     return cudaErrorInvalidValue;
   }
-  switch (plan.kernel) {
-    case SequenceKernel::kGrid:
-      return launch_grid_backward(
-          a, plan, static_cast<acc_t<T>*>(workspace), stream);
-    case SequenceKernel::kClusterSimt:
-      return launch_cluster_simt_backward(a, plan, stream);
-    case SequenceKernel::kClusterMma:
-      if constexpr (k16Bit<T>) {
-        return launch_cluster_mma_backward(a, plan, stream);
-      }
-      return cudaErrorInvalidValue;
-    default:
-      return cudaErrorInvalidValue;
-  }
+  const PersistentKernel<T>* kernel = kernel_of<T>(plan);
+  return kernel != nullptr ? kernel->backward(a, plan, workspace, stream)
+                           : cudaErrorInvalidValue;
 }
 
 #define LLTM_INSTANTIATE(T)                                                    \

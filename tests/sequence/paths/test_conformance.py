@@ -28,6 +28,7 @@ from sequences import (
     assert_trains_like_the_reference,
     layer_and_input,
     make_sequence,
+    plan_or_reason,
     plans_that_ran,
     reference_with_grads,
     set_device_path,
@@ -115,12 +116,8 @@ def test_each_dtype_runs_or_is_refused_with_the_plans_reason(
 ) -> None:
     device, path = device_path
     size = (4, 3, 5, 8)
-    try:
-        lltm.paths.plan(
-            path, device=device, dtype=dtype, steps=4, batch=3, input_features=5, state_size=8
-        )
-    except RuntimeError as refused:
-        why = str(refused).split(": ", 1)[1]
+    plan, why = plan_or_reason(path, device, dtype, size)
+    if plan is None:
         layer, x = layer_and_input(size, device=device, dtype=dtype)
         with pytest.raises(
             RuntimeError,
@@ -139,21 +136,12 @@ def test_each_dtype_runs_or_is_refused_with_the_plans_reason(
 def test_the_plan_that_runs_is_the_plan_lltm_paths_names(device_path: tuple[str, str]) -> None:
     """lltm.paths.plan() and the run agree: what a benchmark or a test asks is what runs."""
     device, path = device_path
-    steps, batch, features, state = size = (6, 8, 7, 32)
+    size = (6, 8, 7, 32)
     skip_unless_it_runs(path, device, torch.float32, size)
     layer, x = layer_and_input(size, device=device)
     ran = lltm.paths_that_ran(lambda: train(layer, x))
     for backward, plans in ((False, ran["forward"]), (True, ran["backward"])):
-        want = lltm.paths.plan(
-            path,
-            device=device,
-            steps=steps,
-            batch=batch,
-            input_features=features,
-            state_size=state,
-            backward=backward,
-        )
-        assert plans == [want]
+        assert plans == [plan_or_reason(path, device, torch.float32, size, backward=backward)[0]]
 
 
 DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)]
@@ -173,24 +161,11 @@ def test_every_path_of_a_device_agrees(
     """Each path gives the same numbers, to rounding; one that cannot run says why."""
     args = make_sequence(*shape, device=device, dtype=dtype)
     want = reference_with_grads(args)
-    steps, batch, features, state = shape
     for path in lltm.sequence_paths(device):
         monkeypatch.setenv("LLTM_SEQUENCE_PATH", path)
-        try:
-            for backward in (False, True):
-                lltm.paths.plan(
-                    path,
-                    device=device,
-                    dtype=dtype,
-                    steps=steps,
-                    batch=batch,
-                    input_features=features,
-                    state_size=state,
-                    backward=backward,
-                )
-        except RuntimeError as refused:
-            why = str(refused).split(": ", 1)[1]
-            with pytest.raises(RuntimeError, match=re.escape(why)):
+        refusals = [plan_or_reason(path, device, dtype, shape, backward=b)[1] for b in (0, 1)]
+        if any(refusals):
+            with pytest.raises(RuntimeError, match=re.escape(next(r for r in refusals if r))):
                 with_grads(lltm.lltm_sequence, args)
             continue
         forward, backward_plans = plans_that_ran(args)

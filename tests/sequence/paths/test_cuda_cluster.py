@@ -12,6 +12,7 @@ import lltm
 from helpers import assert_close_to_reference
 from lltm.reference import lltm_sequence_reference
 from sequences import (
+    assert_ran_the_named_plans,
     make_sequence,
     matches_the_reference_bit_for_bit,
     set_device_path,
@@ -22,32 +23,9 @@ from sequences import (
 pytestmark = pytest.mark.cuda
 
 
-def assert_plans(
-    ran: tuple[list[str], list[str]],
-    shape: tuple[int, int, int, int],
-    dtype: torch.dtype,
-    kernels: tuple[str, ...],
-) -> None:
-    """Each direction ran the plan lltm.paths names for it, of one of `kernels`."""
-    steps, batch, features, state = shape
-    for backward, plans in zip((False, True), ran, strict=True):
-        want = lltm.paths.plan(
-            "cluster",
-            device="cuda",
-            dtype=dtype,
-            steps=steps,
-            batch=batch,
-            input_features=features,
-            state_size=state,
-            backward=backward,
-        )
-        assert plans == [want]
-        assert want.startswith(kernels), want
-
-
-# The cluster's kernels (sm_90 on: 16 blocks of 512 threads on an H200) at
-# the edges of their regime: one step, one row, states that leave blocks
-# without a column (5, 33), and in float32 the shared memory's edge at state
+# The cluster's kernels on CUDA cores (sm_90 on: 16 blocks of 512 threads) at
+# the edges of their regime, in float32: one step, one row, states that leave
+# blocks without a column (5, 33), and the shared memory's edge at state
 # 512 (W_h's slice of 32 columns, and the double-buffered tile: batch 2 in
 # the backward, 8 in the forward). On CUDA cores (float32) clusters take the
 # batch in tiles of rows (64 items a block where those clusters run at once):
@@ -65,17 +43,6 @@ CLUSTER_SHAPES = [
     (2, 1, 8, 512),
     (5, 2, 8, 512),
 ]
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
-@pytest.mark.parametrize("shape", CLUSTER_SHAPES, ids=shape_id)
-def test_cuda_cluster_at_its_edges(
-    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, shape: tuple[int, int, int, int]
-) -> None:
-    set_device_path(monkeypatch, "cuda", "cluster")
-    ran = matches_the_reference_bit_for_bit(make_sequence(*shape, device="cuda", dtype=dtype))
-    # float32's clusters are on CUDA cores; float16's on tensor cores where those fit.
-    assert_plans(ran, shape, dtype, ("cluster/simt/",) if dtype == torch.float32 else ("cluster/",))
 
 
 # The cluster's kernels on tensor cores (cuda/sequence/persistent/cluster_mma.cu: float16
@@ -97,16 +64,39 @@ CLUSTER_MMA_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("shape", CLUSTER_MMA_SHAPES, ids=shape_id)
-def test_cuda_cluster_on_tensor_cores_at_its_edges(
-    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, shape: tuple[int, int, int, int]
+# (dtype, shape, the plans' kernel): float32's clusters are on CUDA cores;
+# float16's and bfloat16's on tensor cores where those fit, but at batch 1 on
+# CUDA cores where those fit (their exchange is the faster one there), and
+# on CUDA cores where their tiles are small.
+EDGES = [
+    *(
+        pytest.param(torch.float32, s, "cluster/simt/", id=f"simt-{shape_id(s)}")
+        for s in CLUSTER_SHAPES
+    ),
+    *(
+        pytest.param(torch.float16, s, "cluster/", id=f"float16-{shape_id(s)}")
+        for s in CLUSTER_SHAPES
+    ),
+    *(
+        pytest.param(
+            dtype, s, "cluster/" if s[1] == 1 else "cluster/mma", id=f"mma-{dtype}-{shape_id(s)}"
+        )
+        for dtype in (torch.float16, torch.bfloat16)
+        for s in CLUSTER_MMA_SHAPES
+    ),
+]
+
+
+@pytest.mark.parametrize(("dtype", "shape", "kernel"), EDGES)
+def test_cuda_cluster_kernels_at_their_edges(
+    monkeypatch: pytest.MonkeyPatch,
+    dtype: torch.dtype,
+    shape: tuple[int, int, int, int],
+    kernel: str,
 ) -> None:
     set_device_path(monkeypatch, "cuda", "cluster")
     ran = matches_the_reference_bit_for_bit(make_sequence(*shape, device="cuda", dtype=dtype))
-    # Batch 1 takes the CUDA cores where they fit (their exchange is the faster one there).
-    kernels = ("cluster/",) if shape[1] == 1 else ("cluster/mma",)
-    assert_plans(ran, shape, dtype, kernels)
+    assert_ran_the_named_plans("cluster", ran, shape, dtype, (kernel,))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)

@@ -13,36 +13,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-import lltm
-from sequences import make_sequence, matches_the_reference_bit_for_bit, shape_id
+from sequences import (
+    assert_ran_the_named_plans,
+    make_sequence,
+    matches_the_reference_bit_for_bit,
+    shape_id,
+)
 
 pytestmark = pytest.mark.cuda
 
 # The capability from which a type's steps run on tensor cores.
 TENSOR_CORES = {torch.float16: (7, 0), torch.bfloat16: (8, 0)}
-
-
-def assert_plans(
-    ran: tuple[list[str], list[str]],
-    shape: tuple[int, int, int, int],
-    dtype: torch.dtype,
-    kernels: tuple[str, ...],
-) -> None:
-    """Each direction ran the plan lltm.paths names for it, of one of `kernels`."""
-    steps, batch, features, state = shape
-    for backward, plans in zip((False, True), ran, strict=True):
-        want = lltm.paths.plan(
-            "fused",
-            device="cuda",
-            dtype=dtype,
-            steps=steps,
-            batch=batch,
-            input_features=features,
-            state_size=state,
-            backward=backward,
-        )
-        assert plans == [want]
-        assert want.startswith(kernels), want
 
 
 # Each of the fused kernel's tiles, by the sizes that select it on a GPU of
@@ -85,7 +66,7 @@ def test_cuda_fused_tiles(
     ran = matches_the_reference_bit_for_bit(
         make_sequence(*shape, device="cuda", dtype=torch.float32)
     )
-    assert_plans(ran, shape, torch.float32, ("fused/chunked/", "fused/held"))
+    assert_ran_the_named_plans("fused", ran, shape, torch.float32, ("fused/chunked/", "fused/held"))
 
 
 def test_cuda_fused_steps_with_unaligned_states(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,7 +82,9 @@ def test_cuda_fused_steps_with_unaligned_states(monkeypatch: pytest.MonkeyPatch)
         args[k] = unaligned.requires_grad_()
     assert args[3].data_ptr() % 16 != 0
     ran = matches_the_reference_bit_for_bit(args)
-    assert_plans(ran, (3, 64, 8, 128), torch.float32, ("fused/chunked/", "fused/held"))
+    assert_ran_the_named_plans(
+        "fused", ran, (3, 64, 8, 128), torch.float32, ("fused/chunked/", "fused/held")
+    )
 
 
 # The tensor-core kernels of the fused steps (cuda/sequence/fused/mma.cu), which
@@ -137,4 +120,4 @@ def test_cuda_fused_tensor_core_tiles(
         )
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "fused")
     ran = matches_the_reference_bit_for_bit(make_sequence(*shape, device="cuda", dtype=dtype))
-    assert_plans(ran, shape, dtype, ("fused/mma/",))
+    assert_ran_the_named_plans("fused", ran, shape, dtype, ("fused/mma/",))

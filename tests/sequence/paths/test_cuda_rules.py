@@ -14,7 +14,14 @@ import torch
 
 import lltm
 from helpers import assert_close_to_reference
-from sequences import make_sequence, plans_that_ran, reference_with_grads, shape_id, with_grads
+from sequences import (
+    make_sequence,
+    plan_or_reason,
+    plans_that_ran,
+    reference_with_grads,
+    shape_id,
+    with_grads,
+)
 
 pytestmark = pytest.mark.cuda
 
@@ -43,20 +50,7 @@ def on_tensor_cores(dtype: torch.dtype) -> bool:
 
 
 def plan(path: str, shape: Shape, dtype: torch.dtype, backward: bool) -> str | None:
-    steps, batch, features, state = shape
-    try:
-        return lltm.paths.plan(
-            path,
-            device="cuda",
-            dtype=dtype,
-            steps=steps,
-            batch=batch,
-            input_features=features,
-            state_size=state,
-            backward=backward,
-        )
-    except RuntimeError:
-        return None
+    return plan_or_reason(path, "cuda", dtype, shape, backward=backward)[0]
 
 
 def simt_items(plan_name: str | None) -> int | None:
