@@ -26,6 +26,8 @@ of torch 2.13.0).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import sys
@@ -466,6 +468,19 @@ def _pypi_layout(session: nox.Session, wheelhouse: Path, dist: Path, torch: str)
     _elapsed(session, "the PyPI layout", start)
 
 
+def _github_release(folder: Path) -> dict[str, object]:
+    """A release as GitHub's API lists it, for assets served at /releases/download/<tag>/."""
+    assets = [
+        {
+            "name": asset.name,
+            "browser_download_url": f"/releases/download/{folder.name}/{asset.name}",
+            "digest": f"sha256:{hashlib.sha256(asset.read_bytes()).hexdigest()}",
+        }
+        for asset in sorted(folder.iterdir())
+    ]
+    return {"tag_name": folder.name, "assets": assets}
+
+
 def _index_history(session: nox.Session, wheelhouse: Path, dist: Path, torch: str) -> None:
     """The index of every release: two versions side by side, the older one still installable.
 
@@ -490,13 +505,7 @@ def _index_history(session: nox.Session, wheelhouse: Path, dist: Path, torch: st
     for folder in (old, new):
         _wheels(session, "metadata-files", folder)
     manifest = dist / "work" / "releases.json"
-    listing = session.run(
-        "python",
-        str(ROOT / "scripts" / "wheels.py"),
-        *("release-manifest", releases, "--base-url", "/releases/download"),
-        silent=True,
-    )
-    manifest.write_text(str(listing))
+    manifest.write_text(json.dumps([_github_release(folder) for folder in (old, new)]))
     _wheels(session, "index", "--releases", manifest, "--out", site / "whl")
     for spec, expect in ((f"lltm=={version}", version), ("lltm", newer)):
         _wheels(

@@ -1,9 +1,8 @@
 """The gates on built wheels and sdists, and PyPI's plain-version wheels made from labelled ones.
 
-Wheel names, versions, requirements and METADATA are read with `packaging`; a
-wheel changes version through `wheel unpack` and `wheel pack`. The tools the
-gates run (auditwheel, twine, check-wheel-contents, cuobjdump) are the
-caller's to install: nox's wheel sessions do.
+`packaging` reads names, versions, requirements and METADATA; `wheel unpack` and
+`wheel pack` change a wheel's version. The gates' tools (auditwheel, twine,
+check-wheel-contents, cuobjdump) are the caller's to install.
 """
 
 from __future__ import annotations
@@ -18,83 +17,35 @@ import shutil
 import subprocess
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import wheel_hooks as hooks
 from check_cuda_build import cuda_archs_in, missing_archs
 from packaging.errors import ExceptionGroup
 from packaging.metadata import Metadata
 from packaging.tags import Tag
-from packaging.utils import (
-    InvalidSdistFilename,
-    InvalidWheelFilename,
-    canonicalize_name,
-    parse_sdist_filename,
-    parse_wheel_filename,
-)
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
-from wheel_hooks import ROOT, WheelError, is_excluded_lib, log, run, tool
+from wheel_hooks import WheelError, require, run, tool
 from wheel_matrix import Matrix, load_matrix
 
 LABEL_RE = re.compile(r"pt(?P<torch>\d+)(?P<variant>cpu|cu\d{3})")
 MODULE_RE = re.compile(r"lltm/_C\.[^/]+")
 BINARY_RE = re.compile(r".*(\.so(\.\d.*)?|\.pyd|\.dylib|\.dll)")
-# The matrix keys of wheel platform tags where the tag does not end with the arch.
-WINDOWS_KEYS = {"win_amd64": "windows-AMD64", "win_arm64": "windows-ARM64", "win32": "windows-x86"}
+# A platform tag's matrix key: Windows' by name, the others' by system and arch.
+WINDOWS_KEYS = {"win_amd64": "windows-AMD64", "win_arm64": "windows-ARM64"}
 ARCHS = ("x86_64", "aarch64", "arm64")
 Policy = tuple[str, dict[str, str]]  # PyPI's: the newest torch minor, the variant per platform
-Results = list[tuple[str, str, str]]  # (gate, ok / FAIL / skip, detail)
+Gate = tuple[bool, str]  # passed, and what it found
 
 
 def torch_minor(version: object) -> str:
     """``2.14`` of ``2.14.1+cu130``; empty where ``version`` is not a version."""
-    try:
+    with contextlib.suppress(InvalidVersion):
         return ".".join(map(str, Version(str(version)).release[:2]))
-    except InvalidVersion:
-        return ""
-
-
-def built_variant(info: dict[str, Any]) -> str:
-    """Cpu or cuNNN, from a wheel's _build_info (for a plain-version wheel, which has no label)."""
-    cuda = info.get("CUDA_VERSION")
-    return f"cu{str(cuda).replace('.', '')}" if cuda else "cpu"
-
-
-def read_build_info(source: str) -> dict[str, Any]:
-    """The literals of lltm/_build_info.py, whose VERSION is ``"full" or "plain"``."""
-    info: dict[str, Any] = {}
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
-            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
-            values = node.value.values if isinstance(node.value, ast.BoolOp) else [node.value]
-            with contextlib.suppress(ValueError):
-                literals = [ast.literal_eval(v) for v in values]
-                info[getattr(target, "id", "")] = next((v for v in literals if v), literals[-1])
-    return info
-
-
-@dataclass(frozen=True)
-class WheelInfo:
-    """What a wheel says about itself: its name, METADATA and lltm/_build_info.py."""
-
-    version: Version
-    tags: frozenset[Tag]
-    metadata: Metadata
-    build_info: dict[str, Any]
-    names: list[str]
-
-    @property
-    def label(self) -> re.Match[str] | None:
-        """The local label, ``pt214`` and ``cu130``."""
-        return LABEL_RE.fullmatch(self.version.local or "")
-
-    @property
-    def variant(self) -> str | None:
-        """``cpu`` or ``cuNNN``: from the local label, or for a plain version from _build_info."""
-        if self.version.local is None:
-            return built_variant(self.build_info) if self.build_info else None
-        return self.label["variant"] if self.label else None
+    return ""
 
 
 def platform_key(tags: frozenset[Tag]) -> str | None:
@@ -107,143 +58,115 @@ def platform_key(tags: frozenset[Tag]) -> str | None:
     return None
 
 
+class WheelInfo(NamedTuple):
+    """What a wheel says about itself: its name, METADATA and lltm/_build_info.py."""
+
+    version: Version
+    tags: frozenset[Tag]
+    metadata: Metadata
+    build_info: dict[str, Any]  # VERSION, TORCH_VERSION, CUDA_VERSION, CUDA_ARCHS, ...
+    names: list[str]
+
+    @property
+    def variant(self) -> str:
+        """``cpu`` or ``cuNNN``: the local label's, or for a plain version the build's."""
+        if label := LABEL_RE.fullmatch(self.version.local or ""):
+            return label["variant"]
+        cuda = self.build_info.get("CUDA_VERSION")
+        return f"cu{str(cuda).replace('.', '')}" if cuda else "cpu"
+
+
 def read_wheel(path: Path) -> WheelInfo:
     """Read the name, METADATA and lltm/_build_info.py of a wheel."""
-    try:
-        _, version, _, tags = parse_wheel_filename(path.name)
-    except InvalidWheelFilename as exc:
-        msg = f"{path.name}: {exc}"
-        raise WheelError(msg) from None
+    _, version, _, tags = parse_wheel_filename(path.name)
     with zipfile.ZipFile(path) as archive:
         names = archive.namelist()
-        metadata = [n for n in names if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
-        if len(metadata) != 1:
-            msg = f"{path.name}: expected one .dist-info/METADATA, found {metadata}"
-            raise WheelError(msg)
+        metadata = [n for n in names if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)]
+        require(len(metadata) == 1, f"{path.name}: expected one .dist-info/METADATA: {metadata}")
         try:
             meta = Metadata.from_email(archive.read(metadata[0]))
         except ExceptionGroup as exc:
             msg = f"{path.name}: {metadata[0]}: {'; '.join(map(str, exc.exceptions))}"
             raise WheelError(msg) from None
-        info = "lltm/_build_info.py"
-        build_info = read_build_info(archive.read(info).decode()) if info in names else {}
-    if meta.version != version:
-        msg = f"{path.name}: METADATA says version {meta.version}"
-        raise WheelError(msg)
+        source = archive.read("lltm/_build_info.py") if "lltm/_build_info.py" in names else b""
+    require(meta.version == version, f"{path.name}: METADATA says version {meta.version}")
+    build_info: dict[str, Any] = {}  # literals; VERSION is `"full" or "plain"`
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+            values = node.value.values if isinstance(node.value, ast.BoolOp) else [node.value]
+            with contextlib.suppress(ValueError):
+                literals = [ast.literal_eval(v) for v in values]
+                build_info[getattr(target, "id", "")] = next(filter(None, literals), literals[-1])
     return WheelInfo(version, tags, meta, build_info, names)
 
 
-def gate_metadata(
-    results: Results, wheel: WheelInfo, expect_variant: str | None, policy: Policy | None = None
-) -> None:
-    """The label, the torch pin and the recorded build agree, and name the intended variant.
-
-    A wheel with a plain version is a PyPI wheel: ``policy`` says which it must be.
-    """
-    info = wheel.build_info
-    torch_version = str(info.get("TORCH_VERSION", ""))
-    minor = torch_minor(torch_version)
-    label, problems = wheel.label, []
-    if label is None and wheel.version.local is not None:
-        detail = f"version {wheel.version}: no +pt{{XY}}cpu/cu{{NNN}}"
-        results.append(("label", "FAIL", detail))
-        return
-    variant = label["variant"] if label else built_variant(info)
-    if label is None:  # a PyPI wheel, which must be the one [tool.lltm.wheels.pypi] names
-        problems += pypi_problems(wheel, variant, minor, policy)
-    elif label["torch"] != minor.replace(".", ""):
-        problems.append(f"label pt{label['torch']} but built against torch {torch_version}")
-    requires = wheel.metadata.requires_dist or []
-    torch_pins = [str(r) for r in requires if canonicalize_name(r.name) == "torch"]
-    if torch_pins != [f"torch=={minor}.*"]:
-        problems.append(f"Requires-Dist {torch_pins}, expected ['torch=={minor}.*']")
-    torch_local = Version(torch_version).local if minor else None
-    if torch_local is not None and torch_local != variant:
-        problems.append(f"label says {variant}, torch {torch_version} is {torch_local}")
-    if variant == "cpu" and info.get("CUDA_VERSION") is not None:
-        problems.append(f"a cpu wheel built with CUDA {info['CUDA_VERSION']}")
-    if variant != "cpu" and not (info.get("CUDA_VERSION") and info.get("CUDA_ARCHS")):
-        problems.append("a CUDA wheel without CUDA kernels (LLTM_CUDA was off, or no nvcc)")
-    if info.get("VERSION") != str(wheel.version):
-        problems.append(f"_build_info.VERSION {info.get('VERSION')!r} != {wheel.version}")
-    if expect_variant is not None and variant != expect_variant:
-        problems.append(f"expected the {expect_variant} variant, got {variant}")
-    detail = "; ".join(problems) or (
-        f"{wheel.version.local or f'plain {wheel.version} (PyPI), {variant}'}: torch "
-        f"{torch_version}, Requires-Dist torch=={minor}.*, CUDA {info.get('CUDA_VERSION')}"
-    )
-    results.append(("label", "FAIL" if problems else "ok", detail))
-
-
-def pypi_problems(wheel: WheelInfo, variant: str, minor: str, policy: Policy | None) -> list[str]:
-    """Why a plain-version wheel is not the PyPI wheel of its platform, if it is not."""
-    if policy is None:
-        return [f"version {wheel.version}: a plain version, but no PyPI policy to check it against"]
-    newest, variants = policy
-    key = platform_key(wheel.tags) or ""
+def gate_label(wheel: WheelInfo, expect_variant: str | None, policy: Policy | None) -> Gate:
+    """The label, the torch pin and the build agree; a plain version is the PyPI ``policy``'s."""
+    info, version, variant = wheel.build_info, wheel.version, wheel.variant
+    torch, cuda = str(info.get("TORCH_VERSION", "")), info.get("CUDA_VERSION")
+    minor, label = torch_minor(torch), LABEL_RE.fullmatch(version.local or "")
+    if version.local and not label:
+        return False, f"version {version}: no +pt{{XY}}cpu/cu{{NNN}}"
     problems = []
-    if minor != newest:
-        problems.append(f"a PyPI wheel built against torch {minor}, not the newest, {newest}")
-    if variants.get(key) != variant:
-        problems.append(
-            f"a PyPI wheel for {key or sorted(map(str, wheel.tags))} in the {variant} variant, "
-            f"but [tool.lltm.wheels.pypi] says {variants.get(key)!r}"
-        )
-    return problems
+    if label is None and policy is None:
+        problems.append(f"version {version}: a plain version, but no PyPI policy to check it by")
+    elif label is None:
+        key, (newest, pypi) = platform_key(wheel.tags) or "", policy
+        if minor != newest:
+            problems.append(f"a PyPI wheel built against torch {minor}, not the newest, {newest}")
+        if pypi.get(key) != variant:
+            problems.append(f"a PyPI wheel for {key} in the {variant} variant, but "
+                            f"[tool.lltm.wheels.pypi] says {pypi.get(key)!r}")  # fmt: skip
+    elif label["torch"] != minor.replace(".", ""):
+        problems.append(f"label pt{label['torch']} but built against torch {torch}")
+    requires = wheel.metadata.requires_dist or []
+    pins = [str(r) for r in requires if canonicalize_name(r.name) == "torch"]
+    if pins != [f"torch=={minor}.*"]:
+        problems.append(f"Requires-Dist {pins}, expected ['torch=={minor}.*']")
+    if (torch_local := Version(torch).local if minor else None) not in {None, variant}:
+        problems.append(f"label says {variant}, torch {torch} is {torch_local}")
+    if (variant == "cpu") == bool(cuda) or (cuda and not info.get("CUDA_ARCHS")):
+        problems.append(f"a {variant} wheel built with CUDA {cuda} for {info.get('CUDA_ARCHS')} "
+                        "(CUDA kernels need LLTM_CUDA=1 and nvcc)")  # fmt: skip
+    if info.get("VERSION") != str(version):
+        problems.append(f"_build_info.VERSION {info.get('VERSION')!r} != {version}")
+    if expect_variant not in {None, variant}:
+        problems.append(f"expected the {expect_variant} variant, got {variant}")
+    name = version.local or f"plain {version} (PyPI), {variant}"
+    found = f"{name}: torch {torch}, Requires-Dist torch=={minor}.*, CUDA {cuda}"
+    return not problems, "; ".join(problems) or found
 
 
-def gate_contents(results: Results, wheel: WheelInfo) -> None:
-    """One compiled module, lltm/_C, and no other library: torch and CUDA stay outside."""
+def gate_contents(wheel: WheelInfo) -> Gate:
+    """One compiled module, lltm/_C, and no other library (in lltm.libs/, .dylibs/)."""
     binaries = [n for n in wheel.names if BINARY_RE.fullmatch(n)]
     modules = [n for n in binaries if MODULE_RE.fullmatch(n)]
     others = sorted(set(binaries) - set(modules))
-    vendored = sorted(
-        {n.split("/")[0] + "/" for n in wheel.names if n.split("/")[0].endswith(".libs")}
-        | {n for n in wheel.names if "/.dylibs/" in n}
-    )
-    problems = []
-    if len(modules) != 1:
-        problems.append(f"expected one lltm/_C module, found {modules}")
-    if others:
-        torch_cuda = [n for n in others if is_excluded_lib(n)]
-        problems.append(
-            f"libraries bundled: {others}" + (f" (torch/CUDA: {torch_cuda})" if torch_cuda else "")
-        )
-    if vendored:
-        problems.append(f"vendored library folders: {vendored}")
-    detail = "; ".join(problems) or f"only {modules[0]}"
-    results.append(("contents", "FAIL" if problems else "ok", detail))
+    torch_cuda = [n for n in others if hooks.is_excluded_lib(n)]
+    problems = [f"expected one lltm/_C module, found {modules}"] * (len(modules) != 1)
+    problems += [f"libraries bundled: {others} (torch/CUDA: {torch_cuda})"] * bool(others)
+    return not problems, "; ".join(problems) or f"only {modules[0]}"
 
 
-def gate_size(results: Results, path: Path, wheel: WheelInfo, budgets: dict[str, float]) -> None:
-    """The size budget of the wheel's kind: cpu or cuda."""
-    kind = "cpu" if wheel.variant == "cpu" else "cuda"
-    if (budget := budgets.get(kind)) is None:
-        results.append(("size", "FAIL", f"[tool.lltm.wheels] size-budget-mb has no {kind!r}"))
-        return
-    size = path.stat().st_size / 1e6
-    detail = f"{size:.3f} MB, budget {kind} < {budget} MB"
-    results.append(("size", "ok" if size < budget else "FAIL", detail))
-
-
-def gate_auditwheel(path: Path, wheel: WheelInfo, expect_plat: str | None) -> tuple[bool, str]:
+def gate_auditwheel(path: Path, wheel: WheelInfo, expect_plat: str | None) -> Gate:
     """The platform tag is the one the manylinux policy allows; only torch/CUDA stay external."""
-    shown = json.loads(run([*tool("auditwheel", "auditwheel"), "show", "--json", path],
-                           capture_output=True).stdout)  # fmt: skip
-    tags = sorted({tag.platform for tag in wheel.tags})
+    auditwheel = [*tool("auditwheel", "auditwheel"), "show", "--json", path]
+    shown = json.loads(run(auditwheel, capture_output=True).stdout)
+    tags, sym_tag = sorted({tag.platform for tag in wheel.tags}), shown["sym_tag"]
     external = sorted(shown.get("external_libs", {}))
     problems = []
-    if shown["sym_tag"] not in tags or not all(t.startswith("manylinux_") for t in tags):
-        problems.append(f"tags {tags}, but auditwheel says its symbols allow {shown['sym_tag']}")
+    if sym_tag not in tags or not all(t.startswith("manylinux_") for t in tags):
+        problems.append(f"tags {tags}, but auditwheel says its symbols allow {sym_tag}")
     if expect_plat is not None and not any(fnmatch.fnmatch(t, expect_plat) for t in tags):
         problems.append(f"expected the platform tag {expect_plat}")
-    if stray := [lib for lib in external if not is_excluded_lib(lib)]:
+    if stray := [lib for lib in external if not hooks.is_excluded_lib(lib)]:
         problems.append(f"external libraries that are not torch's or CUDA's: {stray}")
-    ok = f"{shown['sym_tag']} (symbols), external only torch/CUDA: {', '.join(external)}"
-    return not problems, "; ".join(problems) or ok
+    found = f"{sym_tag} (symbols), external only torch/CUDA: {', '.join(external)}"
+    return not problems, "; ".join(problems) or found
 
 
-def gate_cuda_archs(path: Path, wheel: WheelInfo) -> tuple[bool, str]:
+def gate_cuda_archs(path: Path, wheel: WheelInfo) -> Gate:
     """The module carries machine code (and PTX) for every architecture it claims."""
     claimed = list(wheel.build_info.get("CUDA_ARCHS", []))
     module = next((n for n in wheel.names if MODULE_RE.fullmatch(n)), None)
@@ -255,148 +178,112 @@ def gate_cuda_archs(path: Path, wheel: WheelInfo) -> tuple[bool, str]:
         except SystemExit as exc:  # check_cuda_build's "cuobjdump not found"
             raise WheelError(str(exc)) from None
     failures = missing_archs(claimed, elf, ptx)
-    ok = f"claims {' '.join(claimed)}; has sm_{' sm_'.join(sorted(elf))}, PTX {sorted(ptx)}"
-    return not failures and bool(claimed), "; ".join(failures) or ok
-
-
-def run_gate(results: Results, gate: str, skip: set[str], check: Any) -> None:
-    """Run ``check()`` (-> (ok, detail)) unless skipped; a failing tool is the gate's failure."""
-    if gate in skip:
-        results.append((gate, "skip", f"--skip {gate}"))
-        return
-    try:
-        ok, detail = check()
-    except (WheelError, subprocess.SubprocessError) as exc:  # the tool's complaint, or no tool
-        ok, detail = False, str(exc)
-    results.append((gate, "ok" if ok else "FAIL", detail))
+    found = f"claims {' '.join(claimed)}; has sm_{' sm_'.join(sorted(elf))}, PTX {sorted(ptx)}"
+    return not failures and bool(claimed), "; ".join(failures) or found
 
 
 def check_file(
-    path: Path, args: argparse.Namespace, budgets: dict[str, float], policy: Policy | None
-) -> Results:
-    """Run every gate that applies to ``path``; one gate's failure does not stop the others."""
-    results: Results = []
-    skip = set(args.skip)
+    path: Path, args: argparse.Namespace, matrix: Matrix, policy: Policy | None
+) -> list[tuple[str, str, str]]:
+    """Each gate that applies to ``path``: (gate, ok/FAIL/skip, detail); none stops the others."""
+    results = []
 
-    def passes(*cmd: str | Path) -> tuple[bool, str]:
-        run(cmd, capture_output=True)
-        return True, "passed"
-
-    twine = [*tool("twine", "twine"), "check", "--strict", path]
-    if path.name.endswith(".tar.gz"):  # the sdist, for PyPI
+    def gate(name: str, check: Callable[[], Gate]) -> None:
         try:
-            version = parse_sdist_filename(path.name)[1]
-        except InvalidSdistFilename as exc:
-            return [("read", "FAIL", str(exc))]
-        detail = f"{version} (PyPI refuses local labels)"
-        results.append(("version", "FAIL" if version.local else "ok", detail))
-        run_gate(results, "twine", skip, lambda: passes(*twine))
+            ok, detail = (None, f"--skip {name}") if name in args.skip else check()
+        except (WheelError, subprocess.SubprocessError) as exc:  # a tool's complaint, or none
+            ok, detail = False, str(exc)
+        results.append((name, {None: "skip", True: "ok", False: "FAIL"}[ok], detail))
+
+    def passes(module: str, command: str, *options: str | Path) -> Gate:
+        return bool(run([*tool(module, command), *options, path], capture_output=True)), "passed"
+
+    if path.name.endswith(".tar.gz"):  # the sdist, for PyPI
+        version = parse_sdist_filename(path.name)[1]
+        gate("version", lambda: (not version.local, f"{version} (PyPI refuses local labels)"))
+        gate("twine", lambda: passes("twine", "twine", "check", "--strict"))
         return results
     try:
         wheel = read_wheel(path)
-    except (WheelError, zipfile.BadZipFile) as exc:
+    except (ValueError, WheelError, zipfile.BadZipFile) as exc:
         return [("read", "FAIL", str(exc))]
-    if args.expect_pypi and wheel.version.local is not None:
-        results.append(("pypi", "FAIL", f"{wheel.version}: PyPI refuses local labels"))
-    gate_metadata(results, wheel, args.expect_variant, policy)
-    gate_contents(results, wheel)
-    gate_size(results, path, wheel, budgets)
-    run_gate(results, "twine", skip, lambda: passes(*twine))
-    contents = [*tool("check_wheel_contents", "check-wheel-contents"), "--config"]
-    check = [*contents, ROOT / "pyproject.toml", path]
-    run_gate(results, "check-wheel-contents", skip, lambda: passes(*check))
-    if not any("linux" in tag.platform for tag in wheel.tags):
-        results.append(("auditwheel", "skip", f"not a Linux wheel ({path.name})"))
-    else:
-        run_gate(
-            results, "auditwheel", skip, lambda: gate_auditwheel(path, wheel, args.expect_plat)
-        )
-    if wheel.variant not in {None, "cpu"}:
-        run_gate(results, "cuda-archs", skip, lambda: gate_cuda_archs(path, wheel))
+    if args.expect_pypi:
+        gate("pypi", lambda: (not wheel.version.local, f"{wheel.version}: PyPI refuses labels"))
+    gate("label", lambda: gate_label(wheel, args.expect_variant, policy))
+    gate("contents", lambda: gate_contents(wheel))
+    kind = "cpu" if wheel.variant == "cpu" else "cuda"
+    budget, size = matrix.wheels.get("size-budget-mb", {}).get(kind), path.stat().st_size / 1e6
+    found = f"{size:.3f} MB, budget {kind} < {budget} MB ([tool.lltm.wheels] size-budget-mb)"
+    gate("size", lambda: (budget is not None and size < budget, found))
+    gate("twine", lambda: passes("twine", "twine", "check", "--strict"))
+    contents = ("check_wheel_contents", "check-wheel-contents", "--config", hooks.PYPROJECT)
+    gate("check-wheel-contents", lambda: passes(*contents))
+    if any("linux" in tag.platform for tag in wheel.tags):
+        gate("auditwheel", lambda: gate_auditwheel(path, wheel, args.expect_plat))
+    if wheel.variant != "cpu":
+        gate("cuda-archs", lambda: gate_cuda_archs(path, wheel))
     return results
 
 
 def cmd_check(args: argparse.Namespace) -> None:
     """The gates, on each wheel and sdist given."""
+    require(args.dists, "no wheels or sdists to check: give their paths")
     matrix = load_matrix()
     policy = pypi_policy(matrix, args.policy)
-    if not args.dists:
-        msg = "no wheels or sdists to check: give their paths"
-        raise WheelError(msg)
     failed = []
     for path in map(Path, args.dists):
-        results = check_file(path, args, matrix.size_budget_mb, policy)
+        results = check_file(path, args, matrix, policy)
         print(path.name)
         print("\n".join(f"  {status:4} {gate:20} {detail}" for gate, status, detail in results))
-        if any(status == "FAIL" for _, status, _ in results):
-            failed.append(path.name)
-    if failed:
-        msg = f"{len(failed)} of {len(args.dists)} failed the gates: {', '.join(failed)}"
-        raise WheelError(msg)
-    log(f"all {len(args.dists)} passed the gates")
-
-
-# --- PyPI's plain-version wheels -------------------------------------------------------
+        failed += [path.name] * any(status == "FAIL" for _, status, _ in results)
+    require(not failed, f"{len(failed)} of {len(args.dists)} failed the gates: {', '.join(failed)}")
+    hooks.log(f"all {len(args.dists)} passed the gates")
 
 
 def relabel(wheel: Path, out: Path, version: str) -> Path:
-    """The same wheel under another version, into ``out``: for PyPI, the plain version.
+    """The same wheel (the tested binary) under another version, into ``out``.
 
-    The compiled module is the very one built, repaired and tested under the
-    label (as PyTorch strips +cpu from the wheels it puts on PyPI). `wheel pack`
-    takes the public version from the .dist-info folder's name, sets the local
-    label in it and in METADATA, and writes RECORD and the file name anew.
+    `wheel pack` takes the public version from the .dist-info folder's name, sets
+    the local label there and in METADATA, and writes RECORD and the file name.
     """
-    new = Version(version)
-    wheel_cli = tool("wheel", "wheel")
+    new, wheel_cli = Version(version), tool("wheel", "wheel")
+    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        run([*wheel_cli, "unpack", "--dest", tmp, wheel], capture_output=True)
-        (tree,) = (p for p in Path(tmp).iterdir() if p.is_dir())
+        Path(tmp, "packed").mkdir()
+        run([*wheel_cli, "unpack", "--dest", f"{tmp}/tree", wheel], capture_output=True)
+        (tree,) = Path(tmp, "tree").iterdir()
         (dist_info,) = tree.glob("*.dist-info")
-        name = dist_info.name.split("-", 1)[0]
-        dist_info.rename(tree / f"{name}-{new.public}.dist-info")
+        dist_info.rename(tree / f"{dist_info.name.split('-')[0]}-{new.public}.dist-info")
         build_info = tree / "lltm" / "_build_info.py"
         text = re.sub(r"(?m)^VERSION = .*$", f'VERSION = "{new}"', build_info.read_text(), count=1)
         build_info.write_text(text)
-        packed = Path(tmp) / "packed"
-        packed.mkdir()
-        run([*wheel_cli, "pack", "--dest-dir", packed, "--local-version", new.local or "", tree],
-            capture_output=True)  # fmt: skip
-        (built,) = packed.glob("*.whl")
+        run([*wheel_cli, "pack", "--dest-dir", f"{tmp}/packed", "--local-version", new.local or "",
+             tree], capture_output=True)  # fmt: skip
+        (built,) = Path(tmp, "packed").glob("*.whl")
         target = Path(shutil.move(built, out / built.name))
-    log(f"{wheel.name} -> {target.name}")
+    hooks.log(f"{wheel.name} -> {target.name}")
     return target
 
 
-def plain_wheel(wheel: Path, out: Path) -> Path:
-    """The PyPI wheel of a labelled one: the plain version (PyPI refuses local labels)."""
-    version = read_wheel(wheel).version
-    if version.local is None:
-        msg = f"{wheel.name} has a plain version already: expected a labelled wheel"
-        raise WheelError(msg)
-    return relabel(wheel, out, version.public)
+def cmd_relabel(args: argparse.Namespace) -> None:
+    """Write the wheel under --version into --out (the local proof's second release)."""
+    print(relabel(Path(args.wheel), Path(args.out), args.version))
 
 
 def pypi_policy(matrix: Matrix, override: str | None) -> Policy:
-    """The newest torch and [tool.lltm.wheels.pypi]; or --policy TORCH:KEY=VARIANT,... instead.
-
-    The override is for the local proof, whose machine has the CPU build of an
-    older torch, not the CUDA build that PyPI's Linux x86_64 wheel is.
-    """
+    """The newest torch and [tool.lltm.wheels.pypi], or --policy's (for a local proof)."""
     if override is None:
         return matrix.newest_torch, matrix.pypi
     match = re.fullmatch(r"(\d+\.\d+):((?:[\w-]+=\w+,?)+)", override)
     if match is None:
-        msg = f"--policy {override!r}: expected TORCH:PLATFORM=VARIANT[,...], like 2.13:linux-x86_64=cpu"
+        msg = f"--policy {override!r}: expected TORCH:PLATFORM=VARIANT,... (2.13:linux-x86_64=cpu)"
         raise WheelError(msg)
     return match[1], dict(item.split("=") for item in match[2].strip(",").split(","))
 
 
 def cmd_pypi(args: argparse.Namespace) -> None:
-    """Of the wheels given, write the plain-version one of each that PyPI gets, into --out."""
+    """Write the plain-version PyPI wheel of each labelled one in the policy's variant."""
     newest, variants = pypi_policy(load_matrix(), args.policy)
-    out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
     made = []
     for path in map(Path, args.wheels):
         info = read_wheel(path)
@@ -404,20 +291,34 @@ def cmd_pypi(args: argparse.Namespace) -> None:
             platform_key(info.tags) or "",
             torch_minor(info.build_info.get("TORCH_VERSION")),
         )
-        if (variants.get(key), minor) == (info.variant, newest):
-            made.append(plain_wheel(path, out))
+        if info.version.local and (variants.get(key), minor) == (info.variant, newest):
+            made.append(relabel(path, Path(args.out), info.version.public))
         else:
-            log(
-                f"{path.name}: not PyPI's ({key} {info.variant} torch {minor}; PyPI gets "
-                f"{variants.get(key)} torch {newest})"
-            )
-    if args.expect and not made:
-        msg = f"none of {[Path(w).name for w in args.wheels]} is a PyPI wheel ([tool.lltm.wheels.pypi])"
-        raise WheelError(msg)
+            hooks.log(f"{path.name}: not PyPI's ({key} {info.variant} torch {minor}; PyPI gets "
+                      f"{variants.get(key)} torch {newest})")  # fmt: skip
+    require(made or not args.expect, f"none of {args.wheels} is PyPI's ([tool.lltm.wheels.pypi])")
     print("\n".join(map(str, made)))
 
 
-def cmd_relabel(args: argparse.Namespace) -> None:
-    """Write the wheel under --version into --out (the local proof's second release)."""
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    print(relabel(Path(args.wheel), Path(args.out), args.version))
+def main(argv: Sequence[str] | None = None) -> int:
+    """The gates' and PyPI wheels' command line."""
+    top = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = top.add_subparsers(dest="command", required=True)
+    p = hooks.command(sub, cmd_check, "the gates, on wheels and sdists")
+    p.add_argument("dists", nargs="*", help="wheels and sdists")
+    p.add_argument("--expect-variant", help="cpu or cuNNN: every wheel must be this variant")
+    p.add_argument("--expect-plat", help="the platform tag (a glob) Linux wheels must carry")
+    p.add_argument("--expect-pypi", action="store_true", help="every wheel must be a PyPI one")
+    p.add_argument("--policy", help="TORCH:PLATFORM=VARIANT,...: PyPI's, for a local proof")
+    gates = ["twine", "check-wheel-contents", "auditwheel", "cuda-archs"]
+    p.add_argument("--skip", action="append", default=[], choices=gates, help="a gate not to run")
+    p = hooks.command(sub, cmd_pypi, "PyPI's plain-version wheels")
+    p.add_argument("wheels", nargs="+", help="labelled wheels; PyPI's are relabelled")
+    p.add_argument("--out", required=True)
+    p.add_argument("--expect", action="store_true", help="fail unless one is PyPI's")
+    p.add_argument("--policy", help="TORCH:PLATFORM=VARIANT,... instead of pyproject.toml's")
+    p = hooks.command(sub, cmd_relabel, "a wheel under another version")
+    p.add_argument("wheel")
+    p.add_argument("--version", required=True)
+    p.add_argument("--out", required=True)
+    return hooks.run_command(top, argv)

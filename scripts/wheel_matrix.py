@@ -10,55 +10,33 @@ import argparse
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from wheel_hooks import PYTORCH_INDEX, ROOT, VARIANT_RE, WheelError, log, run
+from wheel_hooks import PYTORCH_INDEX, ROOT, VARIANT_RE, command, log, require, run, run_command
 
 PLANS = ("pr", "full")
 # A CUDA job builds nvcc code for a dozen architectures, after a 3 GB torch; a
 # CPU job takes minutes. A hung job fails at this bound, not GitHub's 6 hours.
 TIMEOUT_MINUTES = {"cpu": 45, "cuda": 100}
-# Where the install lines of the variants are documented.
-VARIANTS_DOC = "docs/building.md"
-PLATFORM_NAMES = {
-    "linux-x86_64": "Linux x86_64",
-    "linux-aarch64": "Linux aarch64",
-    "macos-arm64": "macOS arm64",
-    "windows-AMD64": "Windows x86_64",
-}
+VARIANTS_DOC = "docs/building.md"  # where the table of variants and their install lines are
+# cibuildwheel's platform tags: by system, or on Windows by arch.
+TAGS = {"linux": "manylinux_{}", "macos": "macosx_{}", "AMD64": "win_amd64", "ARM64": "win_arm64"}
 
 
 @dataclass(frozen=True)
 class Platform:
-    """One cibuildwheel platform and arch, and what it builds."""
+    """One cibuildwheel platform and arch (``linux-x86_64`` is its key), and what it builds."""
 
-    name: str  # cibuildwheel's --platform: linux, macos, windows
-    arch: str  # cibuildwheel's arch: x86_64, aarch64, arm64, AMD64
+    key: str
     runner: str
     variants: tuple[str, ...]
 
-    @property
-    def key(self) -> str:
-        """``linux-x86_64``, as [tool.lltm.wheels] names it."""
-        return f"{self.name}-{self.arch}"
-
     def identifier(self, python: str) -> str:
         """The cibuildwheel identifier of CPython ``python`` ("3.12") here."""
-        windows = {"AMD64": "win_amd64", "ARM64": "win_arm64", "x86": "win32"}
-        tag = {"linux": f"manylinux_{self.arch}", "macos": f"macosx_{self.arch}"}.get(
-            self.name, windows.get(self.arch, self.arch)
-        )
-        return f"cp{python.replace('.', '')}-{tag}"
-
-
-@dataclass(frozen=True)
-class PullRequestPlan:
-    """What a pull request builds: a subset of the full matrix ([tool.lltm.wheels.pull-request])."""
-
-    main: str  # the platform key built with several Pythons and variants: linux-x86_64
-    pythons: tuple[str, ...]
-    variants: tuple[str, ...]
+        name, arch = self.key.split("-")
+        return f"cp{python.replace('.', '')}-{(TAGS.get(arch) or TAGS[name]).format(arch)}"
 
 
 @dataclass(frozen=True)
@@ -68,15 +46,17 @@ class Matrix:
     pythons: tuple[str, ...]
     torch: tuple[str, ...]
     platforms: tuple[Platform, ...]
-    size_budget_mb: dict[str, float]
-    index_url: str
-    pypi: dict[str, str] = field(default_factory=dict)  # platform key -> the PyPI wheel's variant
-    pull_request: PullRequestPlan | None = None
+    wheels: dict[str, Any]  # [tool.lltm.wheels]: size-budget-mb, index-url, pypi, ...
 
     @property
     def newest_torch(self) -> str:
         """The torch minor of the PyPI wheels and of the pull-request builds."""
         return self.torch[-1]
+
+    @property
+    def pypi(self) -> dict[str, str]:
+        """[tool.lltm.wheels.pypi]: the variant of PyPI's wheel, per platform key."""
+        return dict(self.wheels.get("pypi", {}))
 
     def _job(self, platform: Platform, python: str, torch: str, variant: str) -> dict[str, Any]:
         only = platform.identifier(python)
@@ -94,32 +74,24 @@ class Matrix:
         }
 
     def jobs(self, plan: str = "full") -> list[dict[str, Any]]:
-        """The wheels workflow's jobs: every identifier x torch x variant, or the PR subset."""
-        if plan not in PLANS:
-            msg = f"plan {plan!r}: expected one of {', '.join(PLANS)} (LLTM_WHEEL_PLAN)"
-            raise WheelError(msg)
-        pr = self.pull_request
-        if plan == "pr" and pr is None:
-            msg = "pyproject.toml has no [tool.lltm.wheels.pull-request] table (the PR plan)"
-            raise WheelError(msg)
+        """The wheels workflow's jobs: every identifier x torch x variant, or the PR subset.
+
+        The pull request's: its CPythons x the newest torch x its variants on its
+        platform, and on each other one the newest CPython with the GIL, cpu.
+        """
+        require(plan in PLANS, f"plan {plan!r}: expected one of pr, full (LLTM_WHEEL_PLAN)")
+        pr = self.wheels.get("pull-request", {})
+        require(plan == "full" or pr, "pyproject.toml has no [tool.lltm.wheels.pull-request]")
+        newest, gil = self.newest_torch, [p for p in self.pythons if not p.endswith("t")]
         jobs = []
-        for platform in self.platforms:
+        for p in self.platforms:
             if plan == "full":
-                jobs += [
-                    self._job(platform, python, torch, variant)
-                    for python in self.pythons
-                    for torch in self.torch
-                    for variant in platform.variants
-                ]
-            elif platform.key == pr.main:  # type: ignore[union-attr]
-                jobs += [
-                    self._job(platform, python, self.newest_torch, variant)
-                    for python in pr.pythons  # type: ignore[union-attr]
-                    for variant in pr.variants  # type: ignore[union-attr]
-                ]
-            else:  # one job: the newest CPython with the GIL, the newest torch, cpu
-                newest = [p for p in self.pythons if not p.endswith("t")][-1]
-                jobs.append(self._job(platform, newest, self.newest_torch, "cpu"))
+                combos = [(py, t, v) for py in self.pythons for t in self.torch for v in p.variants]
+            elif p.key == pr.get("platform", "linux-x86_64"):
+                combos = [(py, newest, v) for py in pr["pythons"] for v in pr["variants"]]
+            else:
+                combos = [(gil[-1], newest, "cpu")]
+            jobs += [self._job(p, *combo) for combo in combos]
         return jobs
 
     def expected_identifiers(self, platform: Platform) -> list[str]:
@@ -127,52 +99,30 @@ class Matrix:
         return sorted(platform.identifier(python) for python in self.pythons)
 
 
-def _python_from_pattern(pattern: str) -> str:
-    # cp314t-*: the free-threaded build, "3.14t".
-    match = re.fullmatch(r"cp3(\d+)(t?)-\*", pattern)
-    if match is None:
-        msg = (
-            f"[tool.cibuildwheel] build: {pattern!r}: expected one CPython per entry, like "
-            '"cp312-*" or "cp314t-*", so that the matrix is explicit'
-        )
-        raise WheelError(msg)
-    return f"3.{match[1]}{match[2]}"
-
-
-def _as_list(value: Any) -> list[str]:
-    return value.split() if isinstance(value, str) else list(value)
-
-
-def _check_plans(
-    platforms: list[Platform], pythons: tuple[str, ...], wheels: dict[str, Any]
-) -> tuple[dict[str, str], PullRequestPlan | None]:
-    by_key = {p.key: p.variants for p in platforms}
-    pypi: dict[str, str] = dict(wheels.get("pypi", {}))
+def _check_plans(wheels: dict[str, Any], platforms: list[Platform], pythons: Sequence[str]) -> None:
+    by_key, pypi = {p.key: p.variants for p in platforms}, wheels.get("pypi", {})
     for key, variant in pypi.items():
-        if variant not in by_key.get(key, ()):
-            msg = (
-                f"[tool.lltm.wheels.pypi] {key} = {variant!r}: expected a platform of the matrix "
-                f"and one of its variants ({list(by_key.get(key, ()))})"
-            )
-            raise WheelError(msg)
-    if missing := sorted(set(by_key) - set(pypi)) if pypi else []:
-        msg = f"[tool.lltm.wheels.pypi] has no variant for {missing}: PyPI gets one per platform"
-        raise WheelError(msg)
-    table = wheels.get("pull-request")
-    if table is None:
-        return pypi, None
-    main = table.get("platform", "linux-x86_64")
-    pr = PullRequestPlan(main, tuple(table.get("pythons", [])), tuple(table.get("variants", [])))
-    if main not in by_key or not pr.pythons or not pr.variants:
-        msg = (
-            f"[tool.lltm.wheels.pull-request]: platform {main!r}, pythons {list(pr.pythons)}, "
-            f"variants {list(pr.variants)}: expected a platform of the matrix and non-empty lists"
+        require(
+            variant in by_key.get(key, ()),
+            f"[tool.lltm.wheels.pypi] {key} = {variant!r}: expected a platform of the matrix "
+            f"and one of its variants ({list(by_key.get(key, ()))})",
         )
-        raise WheelError(msg)
-    if stray := sorted(set(pr.pythons) - set(pythons)) + sorted(set(pr.variants) - {*by_key[main]}):
-        msg = f"[tool.lltm.wheels.pull-request] has {stray}, which the full matrix does not build"
-        raise WheelError(msg)
-    return pypi, pr
+    missing = sorted(set(by_key) - set(pypi)) if pypi else []
+    require(not missing, f"[tool.lltm.wheels.pypi] has no variant for {missing}: one per platform")
+    if (pr := wheels.get("pull-request")) is None:
+        return
+    main = pr.get("platform", "linux-x86_64")
+    pr_pythons, pr_variants = pr.get("pythons", []), pr.get("variants", [])
+    require(
+        main in by_key and pr_pythons and pr_variants,
+        f"[tool.lltm.wheels.pull-request]: platform {main!r}, pythons {pr_pythons}, variants "
+        f"{pr_variants}: expected a platform of the matrix and non-empty lists",
+    )
+    stray = sorted(set(pr_pythons) - set(pythons)) + sorted(set(pr_variants) - set(by_key[main]))
+    require(
+        not stray,
+        f"[tool.lltm.wheels.pull-request] has {stray}, which the full matrix does not build",
+    )
 
 
 def load_matrix(config: dict[str, Any] | None = None) -> Matrix:
@@ -181,99 +131,81 @@ def load_matrix(config: dict[str, Any] | None = None) -> Matrix:
         import tomllib  # noqa: PLC0415 - Python >= 3.11; a given config needs none
 
         config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    cibw = config.get("tool", {}).get("cibuildwheel", {})
-    wheels = config.get("tool", {}).get("lltm", {}).get("wheels")
-    if wheels is None:
-        msg = "pyproject.toml has no [tool.lltm.wheels] table (the torch x variant matrix)"
-        raise WheelError(msg)
-    pythons = tuple(_python_from_pattern(p) for p in _as_list(cibw.get("build", [])))
-    if not pythons:
-        msg = '[tool.cibuildwheel] build is empty: list the CPythons, like ["cp312-*"]'
-        raise WheelError(msg)
-    variants: dict[str, list[str]] = wheels.get("variants", {})
-    runners: dict[str, str] = wheels.get("runners", {})
+    cibw, wheels = (
+        config["tool"].get("cibuildwheel", {}),
+        config["tool"].get("lltm", {}).get("wheels"),
+    )
+    require(wheels, "pyproject.toml has no [tool.lltm.wheels] table (the torch x variant matrix)")
+    # One CPython per entry, so that the matrix is explicit; cp314t-*: free-threaded, "3.14t".
+    builds = [(b, re.fullmatch(r"cp3(\d+)(t?)-\*", b)) for b in cibw.get("build", [])]
+    bad = [b for b, match in builds if match is None]
+    require(
+        builds and not bad,
+        f'[tool.cibuildwheel] build {bad}: expected one CPython per entry, like "cp312-*" or '
+        '"cp314t-*"',
+    )
+    pythons = tuple(f"3.{match[1]}{match[2]}" for _, match in builds if match)
+    variants, runners = wheels.get("variants", {}), wheels.get("runners", {})
     platforms = []
     for name in ("linux", "macos", "windows"):
-        for arch in _as_list(cibw.get(name, {}).get("archs", [])):
+        for arch in cibw.get(name, {}).get("archs", []):
             key = f"{name}-{arch}"
-            if key not in variants or key not in runners:
-                msg = (
-                    f"[tool.cibuildwheel.{name}] archs has {arch!r}, but "
-                    f"[tool.lltm.wheels] variants or runners has no {key!r}"
-                )
-                raise WheelError(msg)
-            bad = [v for v in variants[key] if not VARIANT_RE.fullmatch(v)]
-            if bad or (name != "linux" and variants[key] != ["cpu"]):
-                msg = (
-                    f"[tool.lltm.wheels] variants {key!r} = {variants[key]}: expected 'cpu' and "
-                    "'cuNNN' entries, and only 'cpu' off Linux (no CUDA toolkit is set up there)"
-                )
-                raise WheelError(msg)
-            platforms.append(Platform(name, arch, runners[key], tuple(variants[key])))
-    if stray := sorted(set(variants) - {p.key for p in platforms}):
-        msg = f"[tool.lltm.wheels] variants has {stray}, which no [tool.cibuildwheel] archs builds"
-        raise WheelError(msg)
-    torch = tuple(wheels.get("torch", []))
-    if not torch or not all(re.fullmatch(r"\d+\.\d+", t) for t in torch):
-        msg = f"[tool.lltm.wheels] torch = {list(torch)}: expected minor releases like '2.14'"
-        raise WheelError(msg)
-    pypi, pull_request = _check_plans(platforms, pythons, wheels)
-    return Matrix(
-        pythons=pythons,
-        torch=torch,
-        platforms=tuple(platforms),
-        size_budget_mb=dict(wheels.get("size-budget-mb", {})),
-        index_url=str(wheels.get("index-url", "")).rstrip("/"),
-        pypi=pypi,
-        pull_request=pull_request,
+            require(
+                key in variants and key in runners,
+                f"[tool.cibuildwheel.{name}] archs has {arch!r}, but [tool.lltm.wheels] "
+                f"variants or runners has no {key!r}",
+            )
+            require(
+                all(map(VARIANT_RE.fullmatch, variants[key]))
+                and (name == "linux" or variants[key] == ["cpu"]),
+                f"[tool.lltm.wheels] variants {key!r} = {variants[key]}: expected 'cpu' and "
+                "'cuNNN' entries, and only 'cpu' off Linux (no CUDA toolkit is set up there)",
+            )
+            platforms.append(Platform(key, runners[key], tuple(variants[key])))
+    stray = sorted(set(variants) - {p.key for p in platforms})
+    require(
+        not stray,
+        f"[tool.lltm.wheels] variants has {stray}, which no [tool.cibuildwheel] archs builds",
     )
-
-
-def plan_from_env(plan: str | None) -> str:
-    """--plan, else $LLTM_WHEEL_PLAN (the wheels workflow sets it per event), else full."""
-    return plan or os.environ.get("LLTM_WHEEL_PLAN") or "full"
+    torch = tuple(wheels.get("torch", []))
+    require(
+        torch and all(re.fullmatch(r"\d+\.\d+", t) for t in torch),
+        f"[tool.lltm.wheels] torch = {list(torch)}: expected minor releases like '2.14'",
+    )
+    _check_plans(wheels, platforms, pythons)
+    return Matrix(pythons, torch, tuple(platforms), wheels)
 
 
 def format_job(job: dict[str, Any]) -> str:
     """One readable line per job."""
-    pypi = " +PyPI" if job["pypi"] else ""
     return (
         f"{job['runner']:18} {job['only']:26} torch {job['torch']:5} {job['variant']:6} "
-        f"{job['timeout']:3} min{pypi}"
+        f"{job['timeout']:3} min" + (" +PyPI" if job["pypi"] else "")
     )
 
 
 def cmd_matrix(args: argparse.Namespace) -> None:
-    """Print the wheel jobs: a GitHub Actions matrix (--github) or a readable list."""
+    """Print the jobs of --plan, else $LLTM_WHEEL_PLAN (set per event), else full."""
     matrix = load_matrix()
+    jobs = matrix.jobs(args.plan or os.environ.get("LLTM_WHEEL_PLAN") or "full")
     if args.pythons:
         print(json.dumps(list(matrix.pythons)))
-        return
-    plan = plan_from_env(args.plan)
-    jobs = matrix.jobs(plan)
-    if args.github:
+    elif args.github:
         print(json.dumps({"include": jobs}, separators=(",", ":")))
-        return
-    print("\n".join(map(format_job, jobs)))
-    log(f"{plan}: {len(jobs)} jobs")
+    else:
+        print("\n".join(map(format_job, jobs)))
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
     """Print both plans, the pull-request subset and the full matrix, job by job, with counts."""
     del args
-    matrix = load_matrix()
-    events = {
-        "pr": "pull requests that touch the build (path filters in wheels.yml)",
-        "full": "version tags, the weekly schedule, a manual run",
-    }
-    for plan in PLANS:
-        jobs = matrix.jobs(plan)
-        pypi = sum(1 for job in jobs if job["pypi"])
-        cuda = sum(1 for job in jobs if job["variant"] != "cpu")
-        print(
-            f"== {plan}: {len(jobs)} jobs ({cuda} CUDA, {len(jobs) - cuda} CPU; "
-            f"{pypi} also make a PyPI wheel), for {events[plan]}"
-        )
+    events = ["pull requests that touch the build (path filters in wheels.yml)",
+              "version tags, the weekly schedule, a manual run"]  # fmt: skip
+    for plan, event in zip(PLANS, events, strict=True):
+        jobs = load_matrix().jobs(plan)
+        cuda, pypi = sum(j["variant"] != "cpu" for j in jobs), sum(j["pypi"] for j in jobs)
+        print(f"== {plan}: {len(jobs)} jobs ({cuda} CUDA, {len(jobs) - cuda} CPU; {pypi} also "
+              f"make a PyPI wheel), for {event}")  # fmt: skip
         print("\n".join(f"  {format_job(job)}" for job in jobs))
 
 
@@ -282,53 +214,42 @@ def cmd_check_identifiers(args: argparse.Namespace) -> None:
     matrix = load_matrix()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
     failures = []
-    for platform in matrix.platforms:
-        options = ["--platform", platform.name, "--archs", platform.arch, ROOT]
+    for p in matrix.platforms:
+        options = ["--platform", *p.key.replace("-", " --archs ").split(), ROOT]
         listing = run([*args.cibuildwheel, "--print-build-identifiers", *options],
                       capture_output=True, env=env)  # fmt: skip
-        actual, expected = sorted(listing.stdout.split()), matrix.expected_identifiers(platform)
-        print(f"{platform.key}: {' '.join(actual)}")
+        actual, expected = sorted(listing.stdout.split()), matrix.expected_identifiers(p)
+        print(f"{p.key}: {' '.join(actual)}")
         if actual != expected:
             failures.append(
-                f"{platform.key}: cibuildwheel selects {actual}, but the matrix intends "
-                f"{expected} (extra: {sorted(set(actual) - set(expected))}, missing: "
-                f"{sorted(set(expected) - set(actual))}); fix [tool.cibuildwheel] build/skip, "
-                "or the cibuildwheel version"
+                f"{p.key}: cibuildwheel selects {actual}, the matrix intends {expected}: "
+                "fix [tool.cibuildwheel] build/skip, or cibuildwheel's version"
             )
-    if failures:
-        raise WheelError("\n".join(failures))
+    require(not failures, "\n".join(failures))
     log(f"cibuildwheel selects exactly the intended {len(matrix.jobs())}-job full matrix")
 
 
 def variants_table(matrix: Matrix) -> str:
     """The table of variants and one install line per variant (docs/building.md)."""
-    by_variant: dict[str, list[str]] = {}
-    for platform in matrix.platforms:
-        for variant in platform.variants:
-            by_variant.setdefault(variant, []).append(
-                PLATFORM_NAMES.get(platform.key, platform.key)
-            )
-    variants = sorted(by_variant, key=lambda v: (v != "cpu", v))
+    names = {"linux": "Linux", "macos": "macOS", "windows": "Windows", "AMD64": "x86_64"}
+    platforms = {v: [p.key.split("-") for p in matrix.platforms if v in p.variants]
+                 for p in matrix.platforms for v in p.variants}  # fmt: skip
     torch = ", ".join(matrix.torch)
     gil = [p for p in matrix.pythons if not p.endswith("t")]
     pythons = ", ".join([f"{gil[0]} to {gil[-1]}", *(p for p in matrix.pythons if p not in gil)])
-    rows = [
-        "| variant | version labels | needs torch | CUDA | platforms | Python |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for variant in variants:
+    rows = ["| variant | version labels | needs torch | CUDA | platforms | Python |",
+            "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = []
+    for variant in sorted(platforms, key=lambda v: (v != "cpu", v)):
         labels = ", ".join(f"`+pt{t.replace('.', '')}{variant}`" for t in matrix.torch)
+        needs, cuda = f"{torch}, `+{variant}` build", f"{variant[2:-1]}.{variant[-1]}"
         if variant == "cpu":
             needs, cuda = f"{torch}, CPU build (`+cpu`)", "none"
-        else:
-            needs, cuda = f"{torch}, `+{variant}` build", f"{variant[2:-1]}.{variant[-1]}"
-        platforms = ", ".join(by_variant[variant])
-        rows.append(f"| `{variant}` | {labels} | {needs} | {cuda} | {platforms} | {pythons} |")
-    lines = [
-        f'pip install lltm "torch=={matrix.newest_torch}.*" --index-url {matrix.index_url}/'
-        f"{variant}/ --extra-index-url {PYTORCH_INDEX}/{variant}"
-        for variant in variants
-    ]
+        where = ", ".join(f"{names[n]} {names.get(a, a)}" for n, a in platforms[variant])
+        rows.append(f"| `{variant}` | {labels} | {needs} | {cuda} | {where} | {pythons} |")
+        index = f"{matrix.wheels.get('index-url', '').rstrip('/')}/{variant}/"
+        lines.append(f'pip install lltm "torch=={matrix.newest_torch}.*" --index-url {index} '
+                     f"--extra-index-url {PYTORCH_INDEX}/{variant}")  # fmt: skip
     return "\n".join(rows) + "\n\n```bash\n" + "\n".join(lines) + "\n```\n"
 
 
@@ -338,10 +259,25 @@ def cmd_variants_table(args: argparse.Namespace) -> None:
     if not args.check:
         print(table, end="")
         return
-    if table not in (ROOT / VARIANTS_DOC).read_text():
-        msg = (
-            f"{VARIANTS_DOC} does not hold the current table of variants; replace it with "
-            f"the output of `python scripts/wheels.py variants-table`:\n{table}"
-        )
-        raise WheelError(msg)
+    require(
+        table in (ROOT / VARIANTS_DOC).read_text(),
+        f"{VARIANTS_DOC} does not hold the current table of variants; paste the output of "
+        f"`python scripts/wheels.py variants-table` there:\n{table}",
+    )
     log(f"{VARIANTS_DOC} holds the current table of variants")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The matrix commands' command line."""
+    top = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = top.add_subparsers(dest="command", required=True)
+    p = command(sub, cmd_matrix, "the wheel jobs of a plan")
+    p.add_argument("--github", action="store_true", help="as a GitHub Actions matrix (JSON)")
+    p.add_argument("--pythons", action="store_true", help="only the Python versions (JSON)")
+    p.add_argument("--plan", choices=PLANS, help="default: $LLTM_WHEEL_PLAN, else full")
+    command(sub, cmd_plan, "both plans (pull request, full), job counts")
+    p = command(sub, cmd_check_identifiers, "cibuildwheel selects exactly the intended builds")
+    p.add_argument("--cibuildwheel", nargs="+", default=["cibuildwheel"], help="its command")
+    p = command(sub, cmd_variants_table, "the table of variants (docs/building.md)")
+    p.add_argument("--check", action="store_true", help="check that docs/building.md holds it")
+    return run_command(top, argv)

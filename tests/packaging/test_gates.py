@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -16,14 +17,32 @@ from wheel_scripts import BUILD_INFO, MODULE, load, make_wheel
 hooks = load("wheel_hooks")
 wg = load("wheel_gates")
 wm = load("wheel_matrix")
+wheels = load("wheels")
 
 
-def gates(path: Path, expect: str | None = None) -> dict[str, tuple[str, str]]:
-    results: list[tuple[str, str, str]] = []
-    info = wg.read_wheel(path)
-    wg.gate_metadata(results, info, expect)
-    wg.gate_contents(results, info)
-    wg.gate_size(results, path, info, {"cpu": 1, "cuda": 0.003})
+CONFIG = {
+    "tool": {
+        "cibuildwheel": {"build": ["cp312-*"], "linux": {"archs": ["x86_64"]}},
+        "lltm": {
+            "wheels": {
+                "torch": ["2.13", "2.14"],
+                "variants": {"linux-x86_64": ["cpu", "cu130"]},
+                "runners": {"linux-x86_64": "ubuntu"},
+                "pypi": {"linux-x86_64": "cu130"},
+                "size-budget-mb": {"cpu": 1, "cuda": 0.003},
+            }
+        },
+    }
+}
+TOOLS = ["twine", "check-wheel-contents", "auditwheel", "cuda-archs"]  # not here, nor needed
+
+
+def gates(
+    path: Path, expect: str | None = None, policy: tuple[str, dict[str, str]] | None = None
+) -> dict[str, tuple[str, str]]:
+    """The gates of `wheels.py check`, but those that run a tool."""
+    args = argparse.Namespace(skip=TOOLS, expect_pypi=False, expect_variant=expect)
+    results = wg.check_file(path, args, wm.load_matrix(CONFIG), policy)
     return {gate: (status, detail) for gate, status, detail in results}
 
 
@@ -38,13 +57,13 @@ def test_gates_pass_a_good_wheel(tmp_path: Path) -> None:
     ("kwargs", "gate", "detail"),
     [
         ({"extra": {"lltm.libs/libtorch_cpu-1a2b.so": b"x"}}, "contents", "torch/CUDA"),
-        ({"extra": {"lltm/.dylibs/libc10.dylib": b"x"}}, "contents", "vendored"),
+        ({"extra": {"lltm/.dylibs/libc10.dylib": b"x"}}, "contents", "libraries bundled"),
         ({"extra": {"lltm/_C.abi3.so": b"x"}}, "contents", "expected one lltm/_C module"),
         ({"requires": "torch==2.13.*"}, "label", "Requires-Dist"),
         ({"version": "0.1.0+pt213cu130"}, "label", "built against torch 2.14.1"),
         ({"version": "0.1.0"}, "label", "a plain version, but no PyPI policy"),
         ({"version": "0.1.0+cpu"}, "label", "no +pt"),
-        ({"build_info": BUILD_INFO.replace('["9.0", "12.0+PTX"]', "[]")}, "label", "without CUDA"),
+        ({"build_info": BUILD_INFO.replace('["9.0", "12.0+PTX"]', "[]")}, "label", "for []"),
         ({"build_info": BUILD_INFO.replace("+cu130", "+cu126")}, "label", "is cu126"),
         ({"extra": {"lltm/filler.bin": os.urandom(4000)}}, "size", "budget cuda"),
     ],
@@ -69,7 +88,7 @@ def test_read_wheel_refuses_bad_metadata(tmp_path: Path) -> None:
     bad.write_bytes(wheel.read_bytes())
     with pytest.raises(hooks.WheelError, match=r"METADATA says version 0\.1\.0"):
         wg.read_wheel(bad)
-    with pytest.raises(hooks.WheelError, match=r"lltm\.whl"):
+    with pytest.raises(ValueError, match="Invalid wheel filename"):
         wg.read_wheel(tmp_path / "lltm.whl")
 
 
@@ -112,11 +131,12 @@ def test_platform_key(tag: str, key: str | None) -> None:
     assert wg.platform_key(parse_tag(f"cp312-cp312-{tag}")) == key
 
 
-def test_plain_wheel_is_the_same_wheel_under_the_plain_version(tmp_path: Path) -> None:
-    labelled = make_wheel(tmp_path)
-    out = tmp_path / "pypi"
-    out.mkdir()
-    plain = wg.plain_wheel(labelled, out)
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="pyproject.toml: tomllib")
+def test_pypi_wheel_is_the_same_wheel_under_the_plain_version(tmp_path: Path) -> None:
+    labelled, out = make_wheel(tmp_path), tmp_path / "pypi"
+    policy = ["--policy", "2.14:linux-x86_64=cu130"]
+    assert wheels.main(["pypi", str(labelled), "--out", str(out), "--expect", *policy]) == 0
+    (plain,) = out.iterdir()
     assert plain.name == "lltm-0.1.0-cp312-cp312-manylinux_2_28_x86_64.whl"
     info = wg.read_wheel(plain)
     assert (str(info.version), info.build_info["VERSION"]) == ("0.1.0", "0.1.0")
@@ -126,49 +146,27 @@ def test_plain_wheel_is_the_same_wheel_under_the_plain_version(tmp_path: Path) -
     # `wheel unpack` checks each file against RECORD's hash and size.
     unpack = [sys.executable, "-m", "wheel", "unpack", "--dest", str(tmp_path / "u"), str(plain)]
     subprocess.run(unpack, check=True, capture_output=True)
-    with pytest.raises(hooks.WheelError, match="plain version already"):
-        wg.plain_wheel(plain, tmp_path)
-    newer = wg.relabel(labelled, out, "0.2.0+pt214cu130")
+    # The policy's gate passes it; another policy's does not; no policy, no plain version.
+    status, detail = gates(plain, policy=("2.14", {"linux-x86_64": "cu130"}))["label"]
+    assert (status, "plain 0.1.0 (PyPI), cu130" in detail) == ("ok", True), detail
+    status, detail = gates(plain, policy=("2.15", {"linux-x86_64": "cpu"}))["label"]
+    assert status == "FAIL"
+    assert "not the newest, 2.15" in detail
+    assert "[tool.lltm.wheels.pypi] says 'cpu'" in detail
+    assert "no PyPI policy" in gates(plain)["label"][1]
+    # Not PyPI's variant, or already plain: no PyPI wheel, which --expect refuses.
+    other = ["--policy", "2.14:linux-x86_64=cpu", "--out", str(tmp_path / "none"), "--expect"]
+    assert wheels.main(["pypi", str(labelled), str(plain), *other]) == 1
+
+
+def test_relabel_to_another_version(tmp_path: Path) -> None:
+    newer = wg.relabel(make_wheel(tmp_path), tmp_path / "out", "0.2.0+pt214cu130")
     assert newer.name == "lltm-0.2.0+pt214cu130-cp312-cp312-manylinux_2_28_x86_64.whl"
     assert gates(newer)["label"][0] == "ok"
 
 
-def pypi_gate(path: Path, policy: tuple[str, dict[str, str]] | None) -> tuple[str, str]:
-    results: list[tuple[str, str, str]] = []
-    wg.gate_metadata(results, wg.read_wheel(path), None, policy)
-    return {gate: (status, detail) for gate, status, detail in results}["label"]
-
-
-def test_gate_checks_plain_wheels_against_the_pypi_policy(tmp_path: Path) -> None:
-    out = tmp_path / "pypi"
-    out.mkdir()
-    plain = wg.plain_wheel(make_wheel(tmp_path), out)
-    status, detail = pypi_gate(plain, ("2.14", {"linux-x86_64": "cu130"}))
-    assert status == "ok", detail
-    assert "plain 0.1.0 (PyPI), cu130" in detail
-    status, detail = pypi_gate(plain, ("2.15", {"linux-x86_64": "cpu"}))
-    assert status == "FAIL"
-    assert "not the newest, 2.15" in detail
-    assert "[tool.lltm.wheels.pypi] says 'cpu'" in detail
-    status, detail = pypi_gate(plain, None)
-    assert (status, "no PyPI policy" in detail) == ("FAIL", True)
-
-
 def test_pypi_policy_override() -> None:
-    config = {
-        "tool": {
-            "cibuildwheel": {"build": ["cp312-*"], "linux": {"archs": ["x86_64"]}},
-            "lltm": {
-                "wheels": {
-                    "torch": ["2.13", "2.14"],
-                    "variants": {"linux-x86_64": ["cpu", "cu130"]},
-                    "runners": {"linux-x86_64": "ubuntu"},
-                    "pypi": {"linux-x86_64": "cu130"},
-                }
-            },
-        }
-    }
-    matrix = wm.load_matrix(config)
+    matrix = wm.load_matrix(CONFIG)
     assert wg.pypi_policy(matrix, None) == ("2.14", {"linux-x86_64": "cu130"})
     assert wg.pypi_policy(matrix, "2.13:linux-x86_64=cpu") == ("2.13", {"linux-x86_64": "cpu"})
     with pytest.raises(hooks.WheelError, match="TORCH:PLATFORM=VARIANT"):

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 from wheel_scripts import ROOT, load
 
+hooks = load("wheel_hooks")
 wm = load("wheel_matrix")
 wheels = load("wheels")
+needs_tomllib = pytest.mark.skipif(sys.version_info < (3, 11), reason="pyproject.toml: tomllib")
 
 CONFIG: dict[str, Any] = {
     "tool": {
@@ -56,7 +58,7 @@ def test_matrix_jobs() -> None:
         "pypi": False,  # CONFIG names no PyPI variants
         "timeout": wm.TIMEOUT_MINUTES["cuda"],
     } in jobs
-    macos = next(p for p in matrix.platforms if p.name == "macos")
+    macos = next(p for p in matrix.platforms if p.key.startswith("macos"))
     assert matrix.expected_identifiers(macos) == ["cp311-macosx_arm64", "cp312-macosx_arm64"]
 
 
@@ -93,14 +95,14 @@ def test_matrix_jobs() -> None:
     ],
 )
 def test_matrix_errors(changes: dict[str, Any], match: str) -> None:
-    with pytest.raises(wm.WheelError, match=match):
+    with pytest.raises(hooks.WheelError, match=match):
         wm.load_matrix(_config(**changes))
 
 
 def test_free_threaded_identifiers() -> None:
     matrix = wm.load_matrix(_config(tool__cibuildwheel__build=["cp314-*", "cp314t-*"]))
     assert matrix.pythons == ("3.14", "3.14t")
-    linux = next(p for p in matrix.platforms if p.name == "linux")
+    linux = next(p for p in matrix.platforms if p.key.startswith("linux"))
     assert matrix.expected_identifiers(linux) == [
         "cp314-manylinux_x86_64",
         "cp314t-manylinux_x86_64",
@@ -128,7 +130,7 @@ def test_pull_request_plan_is_a_subset() -> None:
     # ... and one job per other platform: the newest CPython with the GIL, cpu.
     macos = [(j["only"], j["torch"], j["variant"]) for j in pr if j["runner"] == "macos"]
     assert macos == [("cp314-macosx_arm64", "2.14", "cpu")]
-    with pytest.raises(wm.WheelError, match="expected one of pr, full"):
+    with pytest.raises(hooks.WheelError, match="expected one of pr, full"):
         matrix.jobs("nightly")
 
 
@@ -145,32 +147,35 @@ def test_pypi_jobs_are_the_policys() -> None:
     )
 
 
-def test_plan_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("LLTM_WHEEL_PLAN", raising=False)
-    assert wm.plan_from_env(None) == "full"
-    monkeypatch.setenv("LLTM_WHEEL_PLAN", "pr")
-    assert wm.plan_from_env(None) == "pr"
-    assert wm.plan_from_env("full") == "full"
+@needs_tomllib
+def test_the_workflow_matrix_follows_the_event(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """LLTM_WHEEL_PLAN (the wheels workflow sets it per event) picks the jobs; --plan wins."""
+    matrix = wm.load_matrix()
+    for env, argv, plan in (("pr", [], "pr"), ("", [], "full"), ("pr", ["--plan", "full"], "full")):
+        monkeypatch.setenv("LLTM_WHEEL_PLAN", env)
+        assert wheels.main(["matrix", "--github", *argv]) == 0
+        assert json.loads(capsys.readouterr().out) == {"include": matrix.jobs(plan)}
+    assert wheels.main(["matrix", "--pythons"]) == 0
+    assert json.loads(capsys.readouterr().out) == list(matrix.pythons)
 
 
+@needs_tomllib
 def test_project_plans(capsys: pytest.CaptureFixture[str]) -> None:
     """The project's two plans, as `wheels.py plan` prints them: counts match the job lists."""
-    if sys.version_info < (3, 11):
-        pytest.skip("reading pyproject.toml needs tomllib")
     matrix = wm.load_matrix()
     full, pr = matrix.jobs("full"), matrix.jobs("pr")
     variants = sum(len(p.variants) for p in matrix.platforms)
     assert len(full) == len(matrix.pythons) * len(matrix.torch) * variants
-    assert matrix.pull_request is not None
-    assert len(pr) == len(matrix.pull_request.pythons) * len(matrix.pull_request.variants) + (
-        len(matrix.platforms) - 1
-    )
+    plan = matrix.wheels["pull-request"]
+    assert len(pr) == len(plan["pythons"]) * len(plan["variants"]) + len(matrix.platforms) - 1
     assert all(job in full for job in pr)
     assert {j["torch"] for j in pr} == {matrix.newest_torch}
     # cp310 and cp314 x {cpu, one CUDA} on Linux x86_64, one job per other platform.
-    assert {"3.10", "3.14"} <= set(matrix.pull_request.pythons)
-    assert "cpu" in matrix.pull_request.variants
-    assert any(v.startswith("cu") for v in matrix.pull_request.variants)
+    assert {"3.10", "3.14"} <= set(plan["pythons"])
+    assert "cpu" in plan["variants"]
+    assert any(v.startswith("cu") for v in plan["variants"])
     # Every platform gets a PyPI wheel per CPython in the full plan; the PR builds one each.
     assert sum(j["pypi"] for j in full) == len(matrix.pythons) * len(matrix.platforms)
     assert {j["runner"] for j in pr if j["pypi"]} == {p.runner for p in matrix.platforms}
@@ -181,16 +186,15 @@ def test_project_plans(capsys: pytest.CaptureFixture[str]) -> None:
         )
         assert f"per other platform: {len(pr)} jobs;" in text
         assert f"the full matrix, {len(full)} jobs." in text
-    assert wheels.run_cli(["plan"]) == 0
+    assert wheels.main(["plan"]) == 0
     out = capsys.readouterr().out
     assert f"== pr: {len(pr)} jobs" in out
     assert f"== full: {len(full)} jobs" in out
     assert out.count(" torch ") == len(pr) + len(full)
 
 
+@needs_tomllib
 def test_project_matrix_has_the_documented_variants() -> None:
-    if sys.version_info < (3, 11):
-        pytest.skip("reading pyproject.toml needs tomllib")
     matrix = wm.load_matrix()
     assert matrix.pythons == ("3.10", "3.11", "3.12", "3.13", "3.14", "3.14t")
     # PyPI: the CUDA build of PyPI's torch on Linux x86_64, cpu elsewhere.
