@@ -10,7 +10,7 @@
 The prebuilt wheels (scripts/wheel_hooks.py, cibuildwheel's hooks, and
 scripts/wheels.py do the work, the same in CI and here):
 
-    python3 -m nox -s wheel_matrix   # cibuildwheel selects the intended matrix; the variants table
+    python3 -m nox -s wheel_matrix   # cibuildwheel selects the intended matrix; both CI plans
     python3 -m nox -s ci_plan        # both CI plans (pull request, full), job by job, and counts
     python3 -m nox -s wheels_local   # the local proof: cpu and cu130 wheels, gates, index, install;
                                      # the PyPI layout; an index of two releases
@@ -310,10 +310,9 @@ def _hooks(session: nox.Session, *args: str | Path, **kwargs: object) -> None:
 
 @nox.session
 def wheel_matrix(session: nox.Session) -> None:
-    """cibuildwheel selects exactly the intended matrix; docs/building.md holds its table."""
+    """cibuildwheel selects exactly the intended matrix (docs: tests/packaging/test_matrix.py)."""
     session.install(CIBUILDWHEEL)
     _wheels(session, "check-identifiers")
-    _wheels(session, "variants-table", "--check")
     _wheels(session, "plan")
 
 

@@ -241,11 +241,7 @@ def cmd_check(args: argparse.Namespace) -> None:
 
 
 def relabel(wheel: Path, out: Path, version: str) -> Path:
-    """The same wheel (the tested binary) under another version, into ``out``.
-
-    `wheel pack` takes the public version from the .dist-info folder's name, sets
-    the local label there and in METADATA, and writes RECORD and the file name.
-    """
+    """The same wheel (the tested binary) under another version, into ``out``."""
     new, wheel_cli = Version(version), tool("wheel", "wheel")
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -253,6 +249,7 @@ def relabel(wheel: Path, out: Path, version: str) -> Path:
         run([*wheel_cli, "unpack", "--dest", f"{tmp}/tree", wheel], capture_output=True)
         (tree,) = Path(tmp, "tree").iterdir()
         (dist_info,) = tree.glob("*.dist-info")
+        # wheel pack reads the public version here, and writes METADATA, RECORD and the name.
         dist_info.rename(tree / f"{dist_info.name.split('-')[0]}-{new.public}.dist-info")
         build_info = tree / "lltm" / "_build_info.py"
         text = re.sub(r"(?m)^VERSION = .*$", f'VERSION = "{new}"', build_info.read_text(), count=1)

@@ -29,27 +29,15 @@ UV = "uv==0.13.9"
 VARIANT_RE = re.compile(r"cpu|cu\d{3}")
 
 # Never in a wheel: torch's libraries (its OpenMP runtime too) and CUDA's, which torch
-# brings. Linux: SONAME globs for auditwheel; macOS: path parts for delocate.
-EXCLUDE_LINUX = [
-    "libtorch*.so*",
-    "libc10*.so*",
-    "libcudart.so*",
-    "libcuda.so*",
-    "libnvrtc*.so*",
-    "libnvToolsExt*.so*",
-    "libgomp.so*",
-]
+# brings. Linux: SONAME globs for auditwheel; macOS: path parts for delocate; Windows:
+# globs for delvewheel, with the MSVC runtime, which is the system's (torch's DLLs load it).
+# fmt: off
+EXCLUDE_LINUX = ["libtorch*.so*", "libc10*.so*", "libcudart.so*", "libcuda.so*", "libnvrtc*.so*",
+                 "libnvToolsExt*.so*", "libgomp.so*"]
 EXCLUDE_MACOS = ["libtorch", "libc10", "libomp"]
-# Windows: globs for delvewheel; the MSVC runtime is the system's, which torch's DLLs load.
-EXCLUDE_WINDOWS = [
-    "torch*.dll",
-    "c10*.dll",
-    "cudart64_*.dll",
-    "nvcuda.dll",
-    "libiomp5md.dll",
-    "msvcp140*.dll",
-    "vcruntime140*.dll",
-]
+EXCLUDE_WINDOWS = ["torch*.dll", "c10*.dll", "cudart64_*.dll", "nvcuda.dll", "libiomp5md.dll",
+                   "msvcp140*.dll", "vcruntime140*.dll"]
+# fmt: on
 
 
 class WheelError(Exception):
@@ -139,7 +127,7 @@ def cmd_build(args: argparse.Namespace) -> None:
     out.mkdir(parents=True, exist_ok=True)
     before = set(out.glob("*.whl"))
     cmd = [args.python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", out]
-    run([*cmd, *(["-v"] if args.verbose else []), ROOT], cwd=ROOT)
+    run([*cmd, ROOT], cwd=ROOT)
     built = sorted(set(out.glob("*.whl")) - before)
     require(len(built) == 1, f"expected one new wheel in {out}, found {[p.name for p in built]}")
     log(f"built {built[0].name} ({built[0].stat().st_size / 1e6:.2f} MB)")
@@ -255,7 +243,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = command(sub, cmd_build, "a wheel against --python's torch, without isolation")
     p.add_argument("--out", required=True, help="where the wheel goes")
     p.add_argument("--python", default=sys.executable, help="the Python (and torch) to build with")
-    p.add_argument("--verbose", action="store_true", help="show the build's output")
     p = command(sub, cmd_repair, "repair a wheel, torch and CUDA left out")
     p.add_argument("wheel")
     p.add_argument("--dest-dir", required=True)

@@ -75,11 +75,8 @@ def variant_of(filename: str) -> str | None:
 
 
 def write_release_index(out: Path, releases: list[dict[str, Any]]) -> None:
-    """Per variant, a page that links each labelled wheel of every release where GitHub serves it.
-
-    Ours, not dumb-pypi's: it links all files under one base URL, and each
-    release serves its assets under the URL of its tag.
-    """
+    """Per variant, a page linking every release's labelled wheels where GitHub serves them."""
+    # Ours: dumb-pypi links all files under one base URL, GitHub each release's under its tag.
     links: dict[str, dict[str, str]] = {}
     for release in (r for r in releases if not r.get("draft")):
         assets = {asset["name"]: asset for asset in release.get("assets", [])}
@@ -103,9 +100,8 @@ def write_release_index(out: Path, releases: list[dict[str, Any]]) -> None:
 def cmd_index(args: argparse.Namespace) -> None:
     """A PEP 503 index per variant (OUT/cu130/ is an --index-url) of WHEELHOUSE or --releases.
 
-    The wheels of WHEELHOUSE are copied in (the local proof); those of every
-    release in GitHub's list (`gh api --paginate .../releases --jq '.[]'`) are
-    linked, so that the Pages index keeps every version.
+    The wheels of WHEELHOUSE are copied in (the local proof); every release's in
+    GitHub's list are linked, so that the Pages index keeps every version.
     """
     if args.expect_url is not None:  # host names compare in lowercase (Pages' is)
         configured, published = load_matrix().wheels.get("index-url", ""), args.expect_url

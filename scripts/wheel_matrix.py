@@ -14,13 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wheel_hooks import PYTORCH_INDEX, ROOT, VARIANT_RE, command, log, require, run, run_command
+from wheel_hooks import ROOT, VARIANT_RE, command, log, require, run, run_command
 
 PLANS = ("pr", "full")
 # A CUDA job builds nvcc code for a dozen architectures, after a 3 GB torch; a
 # CPU job takes minutes. A hung job fails at this bound, not GitHub's 6 hours.
 TIMEOUT_MINUTES = {"cpu": 45, "cuda": 100}
-VARIANTS_DOC = "docs/building.md"  # where the table of variants and their install lines are
 # cibuildwheel's platform tags: by system, or on Windows by arch.
 TAGS = {"linux": "manylinux_{}", "macos": "macosx_{}", "AMD64": "win_amd64", "ARM64": "win_arm64"}
 
@@ -76,8 +75,8 @@ class Matrix:
     def jobs(self, plan: str = "full") -> list[dict[str, Any]]:
         """The wheels workflow's jobs: every identifier x torch x variant, or the PR subset.
 
-        The pull request's: its CPythons x the newest torch x its variants on its
-        platform, and on each other one the newest CPython with the GIL, cpu.
+        The PR's: its CPythons x the newest torch x its variants on its platform,
+        and on each other one the newest CPython with the GIL, cpu.
         """
         require(plan in PLANS, f"plan {plan!r}: expected one of pr, full (LLTM_WHEEL_PLAN)")
         pr = self.wheels.get("pull-request", {})
@@ -229,44 +228,6 @@ def cmd_check_identifiers(args: argparse.Namespace) -> None:
     log(f"cibuildwheel selects exactly the intended {len(matrix.jobs())}-job full matrix")
 
 
-def variants_table(matrix: Matrix) -> str:
-    """The table of variants and one install line per variant (docs/building.md)."""
-    names = {"linux": "Linux", "macos": "macOS", "windows": "Windows", "AMD64": "x86_64"}
-    platforms = {v: [p.key.split("-") for p in matrix.platforms if v in p.variants]
-                 for p in matrix.platforms for v in p.variants}  # fmt: skip
-    torch = ", ".join(matrix.torch)
-    gil = [p for p in matrix.pythons if not p.endswith("t")]
-    pythons = ", ".join([f"{gil[0]} to {gil[-1]}", *(p for p in matrix.pythons if p not in gil)])
-    rows = ["| variant | version labels | needs torch | CUDA | platforms | Python |",
-            "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
-    lines = []
-    for variant in sorted(platforms, key=lambda v: (v != "cpu", v)):
-        labels = ", ".join(f"`+pt{t.replace('.', '')}{variant}`" for t in matrix.torch)
-        needs, cuda = f"{torch}, `+{variant}` build", f"{variant[2:-1]}.{variant[-1]}"
-        if variant == "cpu":
-            needs, cuda = f"{torch}, CPU build (`+cpu`)", "none"
-        where = ", ".join(f"{names[n]} {names.get(a, a)}" for n, a in platforms[variant])
-        rows.append(f"| `{variant}` | {labels} | {needs} | {cuda} | {where} | {pythons} |")
-        index = f"{matrix.wheels.get('index-url', '').rstrip('/')}/{variant}/"
-        lines.append(f'pip install lltm "torch=={matrix.newest_torch}.*" --index-url {index} '
-                     f"--extra-index-url {PYTORCH_INDEX}/{variant}")  # fmt: skip
-    return "\n".join(rows) + "\n\n```bash\n" + "\n".join(lines) + "\n```\n"
-
-
-def cmd_variants_table(args: argparse.Namespace) -> None:
-    """Print the table of variants, or check that docs/building.md holds it."""
-    table = variants_table(load_matrix())
-    if not args.check:
-        print(table, end="")
-        return
-    require(
-        table in (ROOT / VARIANTS_DOC).read_text(),
-        f"{VARIANTS_DOC} does not hold the current table of variants; paste the output of "
-        f"`python scripts/wheels.py variants-table` there:\n{table}",
-    )
-    log(f"{VARIANTS_DOC} holds the current table of variants")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """The matrix commands' command line."""
     top = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -278,6 +239,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     command(sub, cmd_plan, "both plans (pull request, full), job counts")
     p = command(sub, cmd_check_identifiers, "cibuildwheel selects exactly the intended builds")
     p.add_argument("--cibuildwheel", nargs="+", default=["cibuildwheel"], help="its command")
-    p = command(sub, cmd_variants_table, "the table of variants (docs/building.md)")
-    p.add_argument("--check", action="store_true", help="check that docs/building.md holds it")
     return run_command(top, argv)

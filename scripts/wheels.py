@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 COMMANDS = {
     "wheel_hooks": ("install-torch", "build", "repair", "test-installed"),
-    "wheel_matrix": ("matrix", "plan", "check-identifiers", "variants-table"),
+    "wheel_matrix": ("matrix", "plan", "check-identifiers"),
     "wheel_gates": ("check", "pypi", "relabel"),
     "wheel_index": ("index", "simple-index", "metadata-files", "release-manifest", "try-index"),
 }
