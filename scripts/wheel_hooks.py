@@ -217,7 +217,7 @@ def cmd_test_installed(args: argparse.Namespace) -> None:
 
 
 def command(sub: Any, func: Callable[[argparse.Namespace], None], text: str) -> Any:
-    """A subcommand named after ``func`` (cmd_variants_table: variants-table), which it runs."""
+    """A subcommand named after ``func`` (cmd_try_index: try-index), which it runs."""
     parser = sub.add_parser(func.__name__.removeprefix("cmd_").replace("_", "-"), help=text)
     parser.set_defaults(func=func)
     return parser

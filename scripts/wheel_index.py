@@ -31,7 +31,8 @@ from wheel_matrix import load_matrix
 def write_metadata_file(wheel: Path) -> bytes:
     """WHEEL.metadata beside the wheel: its METADATA, which pip reads before downloading."""
     with zipfile.ZipFile(wheel) as archive:
-        metadata = archive.read(next(n for n in archive.namelist() if n.endswith("/METADATA")))
+        names = archive.namelist()
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
     wheel.with_name(f"{wheel.name}.metadata").write_bytes(metadata)
     return metadata
 
@@ -107,16 +108,26 @@ def cmd_index(args: argparse.Namespace) -> None:
         configured, published = load_matrix().wheels.get("index-url", ""), args.expect_url
         lower = [urllib.parse.urlsplit(u.rstrip("/")) for u in (configured, published)]
         lower = [u._replace(scheme=u.scheme.lower(), netloc=u.netloc.lower()) for u in lower]
-        require(lower[0] == lower[1], f"[tool.lltm.wheels] index-url is {configured!r}, but the "
-                f"index is published at {published!r}: set index-url to it (docs/building.md "
-                "uses it)")  # fmt: skip
+        require(
+            lower[0] == lower[1],
+            f"[tool.lltm.wheels] index-url is {configured!r}, but the index is published at "
+            f"{published!r}: set index-url to it (docs/building.md's install lines use it)",
+        )
     require((args.wheelhouse is None) != (args.releases is None), "give a WHEELHOUSE or --releases")
     out = Path(args.out).resolve()
     shutil.rmtree(out, ignore_errors=True)
     if args.releases is not None:
-        lines = Path(args.releases).read_text().splitlines()  # a release, or a list, per line
-        values = [json.loads(line) for line in lines if line.strip()]
-        write_release_index(out, [r for v in values for r in (v if isinstance(v, list) else [v])])
+        # JSON documents one after another: a release each (--jq '.[]'), or a list each (pages).
+        text, decoder, position, releases = (
+            Path(args.releases).read_text(),
+            json.JSONDecoder(),
+            0,
+            [],
+        )
+        while text[position:].strip():
+            value, position = decoder.raw_decode(text, len(text) - len(text[position:].lstrip()))
+            releases += value if isinstance(value, list) else [value]
+        write_release_index(out, releases)
     else:
         for wheel in sorted(Path(args.wheelhouse).glob("*.whl")):
             variant = variant_of(wheel.name) or ""
@@ -203,7 +214,7 @@ def cmd_try_index(args: argparse.Namespace) -> None:
         "must do), or with --no-torch lltm and torch (the index brings torch)",
     )
     require(
-        version == (args.expect_version or version),
+        args.expect_version in {None, version},
         f"pip install {args.spec} installed lltm {version}, expected {args.expect_version}",
     )
     if args.then_install:

@@ -17,7 +17,7 @@ COMMANDS = {
     "wheel_hooks": ("install-torch", "build", "repair", "test-installed"),
     "wheel_matrix": ("matrix", "plan", "check-identifiers"),
     "wheel_gates": ("check", "pypi", "relabel"),
-    "wheel_index": ("index", "simple-index", "metadata-files", "release-manifest", "try-index"),
+    "wheel_index": ("index", "simple-index", "metadata-files", "try-index"),
 }
 
 

@@ -97,10 +97,13 @@ def test_index_of_every_release(tmp_path: Path) -> None:
     assert wheel.format("0.2.0") + "<" not in page
     assert sorted(p.name for p in (tmp_path / "site").iterdir()) == ["cu130"]
     assert 'href="lltm/"' in (tmp_path / "site" / "cu130" / "index.html").read_text()
-    # A JSON list (gh api without --jq) reads the same.
-    listing.write_text(json.dumps(releases))
-    assert wheels.main(["index", "--releases", str(listing), "--out", str(tmp_path / "list")]) == 0
-    assert (tmp_path / "list" / "cu130" / "lltm" / "index.html").read_text() == page
+    # A list per page (gh api --paginate without --jq), or indented releases, read the same.
+    pages = json.dumps(releases[:2]) + json.dumps(releases[2:])
+    for text in (pages, "\n".join(json.dumps(r, indent=1) for r in releases)):
+        listing.write_text(text)
+        out = tmp_path / "again"
+        assert wheels.main(["index", "--releases", str(listing), "--out", str(out)]) == 0
+        assert (out / "cu130" / "lltm" / "index.html").read_text() == page
 
 
 def test_index_refuses_a_renamed_asset(tmp_path: Path) -> None:

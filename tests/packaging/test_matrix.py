@@ -244,3 +244,14 @@ def test_building_doc_holds_the_variants_table() -> None:
         pytest.skip("needs the checkout's docs")
     table = variants_table(wm.load_matrix())
     assert table in doc.read_text(), f"paste this table into docs/building.md:\n{table}"
+
+
+@pytest.mark.parametrize(
+    "name", [name for commands in wheels.COMMANDS.values() for name in commands]
+)
+def test_each_command_runs_from_its_module(name: str) -> None:
+    """wheels.py sends each command to the module that defines it."""
+    with pytest.raises(SystemExit) as exited:
+        wheels.main([name, "--help"])
+    assert exited.value.code == 0
+    assert wheels.main(["no-such-command"]) == 2
