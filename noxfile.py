@@ -7,9 +7,10 @@
     python3 -m nox -s sanitize    # ASan + UBSan build (LLTM_SANITIZE=ON), the CPU tests under it
     python3 -m nox -s wheel       # sdist + wheel into dist/, checked with twine
 
-The prebuilt wheels (scripts/wheels.py does the work, the same in CI and here):
+The prebuilt wheels (scripts/wheel_hooks.py, cibuildwheel's hooks, and
+scripts/wheels.py do the work, the same in CI and here):
 
-    python3 -m nox -s wheel_matrix   # cibuildwheel selects the intended matrix; the variants table
+    python3 -m nox -s wheel_matrix   # cibuildwheel selects the intended matrix; both CI plans
     python3 -m nox -s ci_plan        # both CI plans (pull request, full), job by job, and counts
     python3 -m nox -s wheels_local   # the local proof: cpu and cu130 wheels, gates, index, install;
                                      # the PyPI layout; an index of two releases
@@ -17,6 +18,7 @@ The prebuilt wheels (scripts/wheels.py does the work, the same in CI and here):
     python3 -m nox -s wheel_check -- FILES...     # the gates on built wheels and sdists
     python3 -m nox -s wheel_index -- WHEELHOUSE --out OUT   # the per-variant PEP 503 index
     python3 -m nox -s sdist          # the sdist for PyPI, checked
+    python3 -m nox -s wheel_tools -- COMMAND ...  # any scripts/wheels.py command, tools installed
 
 LLTM_TORCH picks the torch the build and tests use (default: the CPU build
 of torch 2.13.0).
@@ -24,6 +26,8 @@ of torch 2.13.0).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import sys
@@ -44,6 +48,9 @@ CUDA_TORCH = os.environ.get("LLTM_CUDA_TORCH", "torch==2.14.1")
 BUILD_DEPS = ["scikit-build-core>=1.1", "ninja"]
 # The tools of the wheel gates and the index, pinned (scripts/wheels.py).
 WHEEL_TOOLS = [
+    "packaging==26.4",
+    "wheel==0.48.0",
+    "dumb-pypi==1.15.0",
     "auditwheel==6.8.2",
     "twine==7.0.0",
     "check-wheel-contents==0.6.3",
@@ -280,17 +287,24 @@ def wheel(session: nox.Session) -> None:
 
 # --- prebuilt wheels: scripts/wheels.py does the work, here and in the workflows ---------
 
+# What the tests of an installed wheel import besides lltm and torch ([tool.cibuildwheel]
+# test-requires).
+TEST_DEPS = ["pytest>=8", "numpy", "ninja", "packaging==26.4", "wheel==0.48.0", "dumb-pypi==1.15.0"]
+
 
 def _wheels(session: nox.Session, *args: str | Path, **kwargs: object) -> None:
     session.run("python", str(ROOT / "scripts" / "wheels.py"), *map(str, args), **kwargs)
 
 
+def _hooks(session: nox.Session, *args: str | Path, **kwargs: object) -> None:
+    session.run("python", str(ROOT / "scripts" / "wheel_hooks.py"), *map(str, args), **kwargs)
+
+
 @nox.session
 def wheel_matrix(session: nox.Session) -> None:
-    """cibuildwheel selects exactly the intended matrix; docs/building.md holds its table."""
+    """cibuildwheel selects exactly the intended matrix (docs: tests/packaging/test_matrix.py)."""
     session.install(CIBUILDWHEEL)
     _wheels(session, "check-identifiers")
-    _wheels(session, "variants-table", "--check")
     _wheels(session, "plan")
 
 
@@ -319,6 +333,13 @@ def wheel_index(session: nox.Session) -> None:
     """The per-variant PEP 503 index: -- WHEELHOUSE --out OUT [--expect-url URL]."""
     session.install(*WHEEL_TOOLS)
     _wheels(session, "index", *session.posargs)
+
+
+@nox.session
+def wheel_tools(session: nox.Session) -> None:
+    """Any scripts/wheels.py command, with the wheel tools installed: -- COMMAND ARGS..."""
+    session.install(*WHEEL_TOOLS)
+    _wheels(session, *session.posargs)
 
 
 @nox.session
@@ -369,8 +390,8 @@ def wheels_local(session: nox.Session) -> None:
         session.run(python, "-m", "pip", "install", "-q", torch, *BUILD_DEPS, external=True)
         raw = work / f"raw-{variant}"
         cuda = "0" if variant == "cpu" else "1"
-        _wheels(session, "build", "--python", python, "--out", raw, env={"LLTM_CUDA": cuda})
-        _wheels(session, "repair", *sorted(raw.glob("*.whl")), "--dest-dir", wheelhouse)
+        _hooks(session, "build", "--python", python, "--out", raw, env={"LLTM_CUDA": cuda})
+        _hooks(session, "repair", *sorted(raw.glob("*.whl")), "--dest-dir", wheelhouse)
         shutil.rmtree(venv)  # a CUDA torch is 5 GB
     session.run("python", "-m", "build", "--sdist", "--outdir", str(dist / "sdist"), str(ROOT))
     _wheels(
@@ -378,7 +399,7 @@ def wheels_local(session: nox.Session) -> None:
     )
     _wheels(session, "index", wheelhouse, "--out", index)
     for variant, torch in variants:
-        test_deps = ["pytest>=8", "numpy", "ninja", "packaging"]
+        test_deps = list(TEST_DEPS)
         if variant != "cpu":
             test_deps.append("nvidia-cuda-cuobjdump")
         import_only = variant != "cpu" and "--cuda-tests" not in session.posargs
@@ -438,6 +459,19 @@ def _pypi_layout(session: nox.Session, wheelhouse: Path, dist: Path, torch: str)
     _elapsed(session, "the PyPI layout", start)
 
 
+def _github_release(folder: Path) -> dict[str, object]:
+    """A release as GitHub's API lists it, for assets served at /releases/download/<tag>/."""
+    assets = [
+        {
+            "name": asset.name,
+            "browser_download_url": f"/releases/download/{folder.name}/{asset.name}",
+            "digest": f"sha256:{hashlib.sha256(asset.read_bytes()).hexdigest()}",
+        }
+        for asset in sorted(folder.iterdir())
+    ]
+    return {"tag_name": folder.name, "assets": assets}
+
+
 def _index_history(session: nox.Session, wheelhouse: Path, dist: Path, torch: str) -> None:
     """The index of every release: two versions side by side, the older one still installable.
 
@@ -462,13 +496,7 @@ def _index_history(session: nox.Session, wheelhouse: Path, dist: Path, torch: st
     for folder in (old, new):
         _wheels(session, "metadata-files", folder)
     manifest = dist / "work" / "releases.json"
-    listing = session.run(
-        "python",
-        str(ROOT / "scripts" / "wheels.py"),
-        *("release-manifest", releases, "--base-url", "/releases/download"),
-        silent=True,
-    )
-    manifest.write_text(str(listing))
+    manifest.write_text(json.dumps([_github_release(folder) for folder in (old, new)]))
     _wheels(session, "index", "--releases", manifest, "--out", site / "whl")
     for spec, expect in ((f"lltm=={version}", version), ("lltm", newer)):
         _wheels(

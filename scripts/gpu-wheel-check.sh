@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA wheel on a GPU machine, through the pipeline of the local proof
-# (`nox -s wheels_local`) and of CI, scripts/wheels.py:
+# (`nox -s wheels_local`) and of CI, scripts/wheel_hooks.py and scripts/wheels.py:
 #   build    the variant of this machine's torch (cu130 for torch
 #            2.11.0+cu130), without isolation, LLTM_CUDA=1; repair it; the
 #            gates; the per-variant index
@@ -53,17 +53,18 @@ venv_flags=(--system-site-packages)
 if [[ $dry == 1 ]]; then
   # The distribution's version: PyPI's CUDA torch is 2.14.1, though it says 2.14.1+cu130.
   torch_dist=$("$py" -c "import importlib.metadata as m; print(m.version('torch'))") || exit 1
-  venv_flags+=(--install "torch==$torch_dist" "pytest>=8" numpy ninja packaging)
+  venv_flags+=(--install "torch==$torch_dist" "pytest>=8" numpy ninja packaging==26.4 wheel==0.48.0 dumb-pypi==1.15.0)
 else
   gpu_flags=(--expect-gpu)
 fi
 echo "variant: $variant (torch $torch_version); work dir: $work" | tee -a "$out/summary.txt"
 rm -rf "$work"
 wheels=("$py" scripts/wheels.py)
+hooks=("$py" scripts/wheel_hooks.py)
 
 build() {
-  LLTM_CUDA=$cuda_flag "${wheels[@]}" build --python "$py" --out "$work/raw" &&
-    "${wheels[@]}" repair "$work"/raw/*.whl --dest-dir "$work/wheelhouse" &&
+  LLTM_CUDA=$cuda_flag "${hooks[@]}" build --python "$py" --out "$work/raw" &&
+    "${hooks[@]}" repair "$work"/raw/*.whl --dest-dir "$work/wheelhouse" &&
     "${wheels[@]}" check --skip twine --skip check-wheel-contents --expect-variant "$variant" \
       "$work"/wheelhouse/*.whl &&
     "${wheels[@]}" index "$work/wheelhouse" --out "$work/index" &&
@@ -74,7 +75,7 @@ install() {
     "${venv_flags[@]}" --import-only "${gpu_flags[@]}"
 }
 tests() {
-  timeout 420 "$work/venv/bin/python" scripts/wheels.py test-installed --expect-variant "$variant" \
+  timeout 420 "$work/venv/bin/python" scripts/wheel_hooks.py test-installed --expect-variant "$variant" \
     "${gpu_flags[@]}" -- --durations=10
 }
 
@@ -89,7 +90,7 @@ pypi() {
     "${wheels[@]}" simple-index "$work/local-pypi" &&
     "${wheels[@]}" try-index --index "$work" --variant local-pypi --venv "$work/pypi-venv" \
       "${venv_flags[@]}" --import-only "${gpu_flags[@]}" &&
-    timeout 300 "$work/pypi-venv/bin/python" scripts/wheels.py test-installed "${gpu_flags[@]}" \
+    timeout 300 "$work/pypi-venv/bin/python" scripts/wheel_hooks.py test-installed "${gpu_flags[@]}" \
       -- test_cuda.py test_free_threading.py
 }
 
