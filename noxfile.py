@@ -302,7 +302,7 @@ def _hooks(session: nox.Session, *args: str | Path, **kwargs: object) -> None:
 
 @nox.session
 def wheel_matrix(session: nox.Session) -> None:
-    """cibuildwheel selects exactly the intended matrix (docs: tests/packaging/test_matrix.py)."""
+    """cibuildwheel selects exactly the intended matrix; a packaging test checks the docs' table."""
     session.install(CIBUILDWHEEL)
     _wheels(session, "check-identifiers")
     _wheels(session, "plan")

@@ -91,7 +91,7 @@ pypi() {
     "${wheels[@]}" try-index --index "$work" --variant local-pypi --venv "$work/pypi-venv" \
       "${venv_flags[@]}" --import-only "${gpu_flags[@]}" &&
     timeout 300 "$work/pypi-venv/bin/python" scripts/wheel_hooks.py test-installed "${gpu_flags[@]}" \
-      -- test_cuda.py test_free_threading.py
+      -- cell -m cuda
 }
 
 step build build.log build &&

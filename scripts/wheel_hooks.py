@@ -210,8 +210,8 @@ def cmd_test_installed(args: argparse.Namespace) -> None:
         return
     tests = ROOT / "tests"
     # From tests/, with no source tree on sys.path: conftest imports the installed lltm.
-    # Test files named among the pytest arguments (test_cuda.py) replace the whole suite.
-    chosen = [a for a in args.pytest_args if (tests / a).is_file()]
+    # Test folders named among the pytest arguments (cell) replace the whole suite.
+    chosen = [a for a in args.pytest_args if (tests / a).exists()]
     run([sys.executable, "-m", "pytest", *([] if chosen else [tests]), "-p", "no:cacheprovider",
          "-q", "-rs", *args.pytest_args], cwd=tests)  # fmt: skip
 
