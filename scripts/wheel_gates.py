@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -297,10 +297,8 @@ def cmd_pypi(args: argparse.Namespace) -> None:
     print("\n".join(map(str, made)))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The gates' and PyPI wheels' command line."""
-    top = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = top.add_subparsers(dest="command", required=True)
+def add_commands(sub: Any) -> None:
+    """The gates' and PyPI wheels' commands."""
     p = hooks.command(sub, cmd_check, "the gates, on wheels and sdists")
     p.add_argument("dists", nargs="*", help="wheels and sdists")
     p.add_argument("--expect-variant", help="cpu or cuNNN: every wheel must be this variant")
@@ -318,4 +316,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("wheel")
     p.add_argument("--version", required=True)
     p.add_argument("--out", required=True)
-    return hooks.run_command(top, argv)

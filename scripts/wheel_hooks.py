@@ -1,7 +1,8 @@
 """cibuildwheel's hooks for lltm's wheels: install-torch, build, repair and test-installed.
 
 cibuildwheel runs them with the Python being built for, before anything is
-installed: the standard library only, here. scripts/wheels.py builds on it.
+installed: the standard library only, here. Its main is every command's
+(scripts/wheels.py's): each runs from the module that holds it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ BUILD_DEPS = ["scikit-build-core>=1.1", "ninja"]
 REPAIR_DEPS = {"win32": ["delvewheel==1.13.2"]}
 UV = "uv==0.13.9"
 VARIANT_RE = re.compile(r"cpu|cu\d{3}")
+# Each command's module: `wheels.py COMMAND` imports that one only, so that the hooks and
+# the matrix need the standard library alone.
+COMMANDS = {
+    "wheel_hooks": ("install-torch", "build", "repair", "test-installed"),
+    "wheel_matrix": ("matrix", "plan", "check-identifiers"),
+    "wheel_gates": ("check", "pypi", "relabel"),
+    "wheel_index": ("index", "simple-index", "metadata-files", "try-index"),
+}
 
 # Never in a wheel: torch's libraries (its OpenMP runtime too) and CUDA's, which torch
 # brings. Linux: SONAME globs for auditwheel; macOS: path parts for delocate; Windows:
@@ -223,21 +232,8 @@ def command(sub: Any, func: Callable[[argparse.Namespace], None], text: str) -> 
     return parser
 
 
-def run_command(top: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
-    """Run the command ``argv`` names; a failure prints its message and returns 1."""
-    args = top.parse_args(argv)
-    try:
-        args.func(args)
-    except WheelError as exc:
-        print(f"{Path(sys.argv[0]).name} {args.command}: FAILED: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The hooks' command line."""
-    top = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = top.add_subparsers(dest="command", required=True)
+def add_commands(sub: Any) -> None:
+    """The hooks' commands."""
     p = command(sub, cmd_install_torch, "torch for $LLTM_WHEEL_TORCH/$LLTM_WHEEL_VARIANT")
     p.add_argument("--build-deps", action="store_true", help=f"also {' '.join(BUILD_DEPS)}")
     p = command(sub, cmd_build, "a wheel against --python's torch, without isolation")
@@ -251,8 +247,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--import-only", action="store_true", help="checks, but not the test suite")
     p.add_argument("--expect-gpu", action="store_true", help="fail unless CUDA can run")
     p.add_argument("pytest_args", nargs="*", help="after --: for pytest")
-    return run_command(top, argv)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def main(argv: Sequence[str] | None = None) -> int:
+    """``wheels.py COMMAND ...``: the module that holds COMMAND adds its options, then it runs."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    name = next((m for m, commands in COMMANDS.items() if argv[:1] and argv[0] in commands), None)
+    if name is None:
+        listing = "".join(f"\n  {m}.py: {', '.join(c)}" for m, c in COMMANDS.items())
+        print(f"usage: wheels.py COMMAND ...; the commands:{listing}", file=sys.stderr)
+        return 2
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        print(f"wheels.py {argv[0]} needs {exc.name}: `nox -s wheel_tools -- {argv[0]} ...`")
+        return 1
+    top = argparse.ArgumentParser(prog=Path(sys.argv[0]).name)
+    module.add_commands(top.add_subparsers(dest="command"))
+    args = top.parse_args(argv)
+    try:
+        args.func(args)
+    except WheelError as exc:
+        print(f"{top.prog} {args.command}: FAILED: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # as wheel_hooks, the module the others import (one WheelError)
+    sys.exit(importlib.import_module("wheel_hooks").main())

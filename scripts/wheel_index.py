@@ -17,14 +17,14 @@ import tempfile
 import threading
 import urllib.parse
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from packaging.metadata import Metadata
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from wheel_gates import LABEL_RE
-from wheel_hooks import SCRIPTS, command, log, require, run, run_command, tool
+from wheel_hooks import SCRIPTS, command, log, require, run, tool
 from wheel_matrix import load_matrix
 
 
@@ -226,10 +226,8 @@ def cmd_try_index(args: argparse.Namespace) -> None:
     run([*test, *(["--", *args.pytest_args] if args.pytest_args else [])])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The index commands' command line."""
-    top = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = top.add_subparsers(dest="command", required=True)
+def add_commands(sub: Any) -> None:
+    """The index commands."""
     p = command(sub, cmd_index, "a PEP 503 index per variant")
     p.add_argument("wheelhouse", nargs="?", help="labelled wheels, copied into the index")
     p.add_argument("--releases", help="GitHub's release list (gh api .../releases), JSON")
@@ -252,4 +250,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--import-only", action="store_true", help="checks, but not the test suite")
     p.add_argument("--expect-gpu", action="store_true", help="fail unless CUDA can run")
     p.add_argument("pytest_args", nargs="*", help="after --: for pytest")
-    return run_command(top, argv)

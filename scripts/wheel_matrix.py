@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wheel_hooks import ROOT, VARIANT_RE, command, log, require, run, run_command
+from wheel_hooks import ROOT, VARIANT_RE, command, log, require, run
 
 PLANS = ("pr", "full")
 # A CUDA job builds nvcc code for a dozen architectures, after a 3 GB torch; a
@@ -228,10 +228,8 @@ def cmd_check_identifiers(args: argparse.Namespace) -> None:
     log(f"cibuildwheel selects exactly the intended {len(matrix.jobs())}-job full matrix")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The matrix commands' command line."""
-    top = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = top.add_subparsers(dest="command", required=True)
+def add_commands(sub: Any) -> None:
+    """The matrix commands."""
     p = command(sub, cmd_matrix, "the wheel jobs of a plan")
     p.add_argument("--github", action="store_true", help="as a GitHub Actions matrix (JSON)")
     p.add_argument("--pythons", action="store_true", help="only the Python versions (JSON)")
@@ -239,4 +237,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     command(sub, cmd_plan, "both plans (pull request, full), job counts")
     p = command(sub, cmd_check_identifiers, "cibuildwheel selects exactly the intended builds")
     p.add_argument("--cibuildwheel", nargs="+", default=["cibuildwheel"], help="its command")
-    return run_command(top, argv)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from typing import Any
 
@@ -247,11 +249,22 @@ def test_building_doc_holds_the_variants_table() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", [name for commands in wheels.COMMANDS.values() for name in commands]
+    "name", [name for commands in hooks.COMMANDS.values() for name in commands]
 )
 def test_each_command_runs_from_its_module(name: str) -> None:
-    """wheels.py sends each command to the module that defines it."""
+    """wheels.py (wheel_hooks.main) sends each command to the module that defines it."""
     with pytest.raises(SystemExit) as exited:
         wheels.main([name, "--help"])
     assert exited.value.code == 0
     assert wheels.main(["no-such-command"]) == 2
+
+
+@needs_tomllib
+@pytest.mark.parametrize("script", ["wheels.py", "wheel_hooks.py"])
+def test_a_failure_is_reported_from_either_script(script: str) -> None:
+    """wheel_hooks.py runs as the wheel_hooks that the other modules import: one WheelError."""
+    env = {**os.environ, "LLTM_WHEEL_PLAN": "nightly"}
+    cmd = [sys.executable, str(ROOT / "scripts" / script), "matrix"]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 1, result.stderr
+    assert f"{script} matrix: FAILED: plan 'nightly'" in result.stderr
