@@ -96,22 +96,15 @@ def is_excluded_lib(name: str) -> bool:
     return any(fnmatch.fnmatch(base, pattern) for pattern in EXCLUDE_LINUX)
 
 
-def installer(python: str = sys.executable) -> list[str]:
-    """How install-torch installs: uv (its cache serves the test venv's torch too), or pip."""
-    choice = os.environ.get("LLTM_WHEEL_INSTALLER", "uv")
-    require(choice in {"uv", "pip"}, f"LLTM_WHEEL_INSTALLER={choice!r}: expected uv or pip")
-    if choice == "pip":
-        return [python, "-m", "pip", "install", "--disable-pip-version-check"]
-    if importlib.util.find_spec("uv") is None:
-        run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", UV])
-    return [python, "-m", "uv", "pip", "install", "--python", python]
-
-
 def install_torch_commands(
     torch: str, variant: str, *, build_deps: bool, system: str = sys.platform
 ) -> list[list[str]]:
-    """The installs of install-torch: the variant's torch, then (--build-deps) the build tools."""
-    install = installer()
+    """install-torch's installs by uv: the variant's torch, then (--build-deps) the build tools."""
+    # uv's cache serves the test venv's torch too (hard links).
+    python = sys.executable
+    if importlib.util.find_spec("uv") is None:
+        run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", UV])
+    install = [python, "-m", "uv", "pip", "install", "--python", python]
     # The variant's own index, so that the CPU build is not swapped for PyPI's CUDA one.
     commands = [[*install, f"torch=={torch}.*", "--index-url", f"{PYTORCH_INDEX}/{variant}"]]
     return commands + [[*install, *BUILD_DEPS, *REPAIR_DEPS.get(system, [])]] * build_deps

@@ -222,8 +222,7 @@ def cmd_try_index(args: argparse.Namespace) -> None:
     test = [python, SCRIPTS / "wheel_hooks.py", "test-installed"]
     if "+" in version:  # a plain (PyPI) version names no variant
         test += ["--expect-variant", args.variant.rstrip("/").rsplit("/", 1)[-1]]
-    test += ["--import-only"] * args.import_only + ["--expect-gpu"] * args.expect_gpu
-    run([*test, *(["--", *args.pytest_args] if args.pytest_args else [])])
+    run([*test, *["--import-only"] * args.import_only, *["--expect-gpu"] * args.expect_gpu])
 
 
 def add_commands(sub: Any) -> None:
@@ -249,4 +248,3 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--system-site-packages", action="store_true", help="reuse this Python's torch")
     p.add_argument("--import-only", action="store_true", help="checks, but not the test suite")
     p.add_argument("--expect-gpu", action="store_true", help="fail unless CUDA can run")
-    p.add_argument("pytest_args", nargs="*", help="after --: for pytest")

@@ -195,9 +195,8 @@ def cmd_matrix(args: argparse.Namespace) -> None:
         print("\n".join(map(format_job, jobs)))
 
 
-def cmd_plan(args: argparse.Namespace) -> None:
+def cmd_plan(_args: argparse.Namespace) -> None:
     """Print both plans, the pull-request subset and the full matrix, job by job, with counts."""
-    del args
     events = ["pull requests that touch the build (path filters in wheels.yml)",
               "version tags, the weekly schedule, a manual run"]  # fmt: skip
     for plan, event in zip(PLANS, events, strict=True):
@@ -208,15 +207,16 @@ def cmd_plan(args: argparse.Namespace) -> None:
         print("\n".join(f"  {format_job(job)}" for job in jobs))
 
 
-def cmd_check_identifiers(args: argparse.Namespace) -> None:
+def cmd_check_identifiers(_args: argparse.Namespace) -> None:
     """Check, per platform, that cibuildwheel selects exactly the intended builds."""
     matrix = load_matrix()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
     failures = []
     for p in matrix.platforms:
         options = ["--platform", *p.key.replace("-", " --archs ").split(), ROOT]
-        listing = run([*args.cibuildwheel, "--print-build-identifiers", *options],
-                      capture_output=True, env=env)  # fmt: skip
+        listing = run(
+            ["cibuildwheel", "--print-build-identifiers", *options], capture_output=True, env=env
+        )
         actual, expected = sorted(listing.stdout.split()), matrix.expected_identifiers(p)
         print(f"{p.key}: {' '.join(actual)}")
         if actual != expected:
@@ -235,5 +235,4 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--pythons", action="store_true", help="only the Python versions (JSON)")
     p.add_argument("--plan", choices=PLANS, help="default: $LLTM_WHEEL_PLAN, else full")
     command(sub, cmd_plan, "both plans (pull request, full), job counts")
-    p = command(sub, cmd_check_identifiers, "cibuildwheel selects exactly the intended builds")
-    p.add_argument("--cibuildwheel", nargs="+", default=["cibuildwheel"], help="its command")
+    command(sub, cmd_check_identifiers, "cibuildwheel selects exactly the intended builds")
