@@ -270,7 +270,7 @@ def cmd_relabel(args: argparse.Namespace) -> None:
 def pypi_policy(matrix: Matrix, override: str | None) -> Policy:
     """The newest torch and [tool.lltm.wheels.pypi], or --policy's (for a local proof)."""
     if override is None:
-        return matrix.newest_torch, matrix.pypi
+        return matrix.newest_torch, dict(matrix.wheels.get("pypi", {}))
     match = re.fullmatch(r"(\d+\.\d+):((?:[\w-]+=\w+,?)+)", override)
     if match is None:
         msg = f"--policy {override!r}: expected TORCH:PLATFORM=VARIANT,... (2.13:linux-x86_64=cpu)"

@@ -52,15 +52,10 @@ class Matrix:
         """The torch minor of the PyPI wheels and of the pull-request builds."""
         return self.torch[-1]
 
-    @property
-    def pypi(self) -> dict[str, str]:
-        """[tool.lltm.wheels.pypi]: the variant of PyPI's wheel, per platform key."""
-        return dict(self.wheels.get("pypi", {}))
-
     def _job(self, platform: Platform, python: str, torch: str, variant: str) -> dict[str, Any]:
-        only = platform.identifier(python)
+        only, policy = platform.identifier(python), self.wheels.get("pypi", {})
         # This job also makes the plain-version wheel for PyPI (wheels.py pypi).
-        pypi = torch == self.newest_torch and self.pypi.get(platform.key) == variant
+        pypi = torch == self.newest_torch and policy.get(platform.key) == variant
         return {
             "name": f"{only} torch {torch} {variant}" + (" (+PyPI)" if pypi else ""),
             "runner": platform.runner,
@@ -93,10 +88,6 @@ class Matrix:
             jobs += [self._job(p, *combo) for combo in combos]
         return jobs
 
-    def expected_identifiers(self, platform: Platform) -> list[str]:
-        """What cibuildwheel must select for ``platform``."""
-        return sorted(platform.identifier(python) for python in self.pythons)
-
 
 def _check_plans(wheels: dict[str, Any], platforms: list[Platform], pythons: Sequence[str]) -> None:
     by_key, pypi = {p.key: p.variants for p in platforms}, wheels.get("pypi", {})
@@ -118,10 +109,7 @@ def _check_plans(wheels: dict[str, Any], platforms: list[Platform], pythons: Seq
         f"{pr_variants}: expected a platform of the matrix and non-empty lists",
     )
     stray = sorted(set(pr_pythons) - set(pythons)) + sorted(set(pr_variants) - set(by_key[main]))
-    require(
-        not stray,
-        f"[tool.lltm.wheels.pull-request] has {stray}, which the full matrix does not build",
-    )
+    require(not stray, f"[tool.lltm.wheels.pull-request] has {stray}, outside the full matrix")
 
 
 def load_matrix(config: dict[str, Any] | None = None) -> Matrix:
@@ -130,19 +118,13 @@ def load_matrix(config: dict[str, Any] | None = None) -> Matrix:
         import tomllib  # noqa: PLC0415 - Python >= 3.11; a given config needs none
 
         config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    cibw, wheels = (
-        config["tool"].get("cibuildwheel", {}),
-        config["tool"].get("lltm", {}).get("wheels"),
-    )
+    tool = config["tool"]
+    cibw, wheels = tool.get("cibuildwheel", {}), tool.get("lltm", {}).get("wheels")
     require(wheels, "pyproject.toml has no [tool.lltm.wheels] table (the torch x variant matrix)")
     # One CPython per entry, so that the matrix is explicit; cp314t-*: free-threaded, "3.14t".
     builds = [(b, re.fullmatch(r"cp3(\d+)(t?)-\*", b)) for b in cibw.get("build", [])]
     bad = [b for b, match in builds if match is None]
-    require(
-        builds and not bad,
-        f'[tool.cibuildwheel] build {bad}: expected one CPython per entry, like "cp312-*" or '
-        '"cp314t-*"',
-    )
+    require(builds and not bad, f"[tool.cibuildwheel] build {bad}: expected one CPython per entry")
     pythons = tuple(f"3.{match[1]}{match[2]}" for _, match in builds if match)
     variants, runners = wheels.get("variants", {}), wheels.get("runners", {})
     platforms = []
@@ -163,24 +145,19 @@ def load_matrix(config: dict[str, Any] | None = None) -> Matrix:
             platforms.append(Platform(key, runners[key], tuple(variants[key])))
     stray = sorted(set(variants) - {p.key for p in platforms})
     require(
-        not stray,
-        f"[tool.lltm.wheels] variants has {stray}, which no [tool.cibuildwheel] archs builds",
+        not stray, f"[tool.lltm.wheels] variants has {stray}, built by no [tool.cibuildwheel] archs"
     )
     torch = tuple(wheels.get("torch", []))
-    require(
-        torch and all(re.fullmatch(r"\d+\.\d+", t) for t in torch),
-        f"[tool.lltm.wheels] torch = {list(torch)}: expected minor releases like '2.14'",
-    )
+    ok = torch and all(re.fullmatch(r"\d+\.\d+", t) for t in torch)
+    require(ok, f"[tool.lltm.wheels] torch = {list(torch)}: expected minor releases like '2.14'")
     _check_plans(wheels, platforms, pythons)
     return Matrix(pythons, torch, tuple(platforms), wheels)
 
 
 def format_job(job: dict[str, Any]) -> str:
     """One readable line per job."""
-    return (
-        f"{job['runner']:18} {job['only']:26} torch {job['torch']:5} {job['variant']:6} "
-        f"{job['timeout']:3} min" + (" +PyPI" if job["pypi"] else "")
-    )
+    line = f"{job['runner']:18} {job['only']:26} torch {job['torch']:5} {job['variant']:6} "
+    return line + f"{job['timeout']:3} min" + (" +PyPI" if job["pypi"] else "")
 
 
 def cmd_matrix(args: argparse.Namespace) -> None:
@@ -217,7 +194,8 @@ def cmd_check_identifiers(_args: argparse.Namespace) -> None:
         listing = run(
             ["cibuildwheel", "--print-build-identifiers", *options], capture_output=True, env=env
         )
-        actual, expected = sorted(listing.stdout.split()), matrix.expected_identifiers(p)
+        actual = sorted(listing.stdout.split())
+        expected = sorted(p.identifier(python) for python in matrix.pythons)
         print(f"{p.key}: {' '.join(actual)}")
         if actual != expected:
             failures.append(

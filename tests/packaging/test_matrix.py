@@ -61,7 +61,10 @@ def test_matrix_jobs() -> None:
         "timeout": wm.TIMEOUT_MINUTES["cuda"],
     } in jobs
     macos = next(p for p in matrix.platforms if p.key.startswith("macos"))
-    assert matrix.expected_identifiers(macos) == ["cp311-macosx_arm64", "cp312-macosx_arm64"]
+    assert [macos.identifier(p) for p in matrix.pythons] == [
+        "cp311-macosx_arm64",
+        "cp312-macosx_arm64",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -76,7 +79,7 @@ def test_matrix_jobs() -> None:
         ),
         (
             {"tool__lltm__wheels__pull-request": {"pythons": ["3.9"], "variants": ["cpu"]}},
-            "which the full matrix does not build",
+            "outside the full matrix",
         ),
         ({"tool__lltm__wheels__pull-request": {"pythons": [], "variants": []}}, "non-empty"),
         ({"tool__cibuildwheel__linux": {"archs": ["aarch64"]}}, "has no 'linux-aarch64'"),
@@ -92,7 +95,7 @@ def test_matrix_jobs() -> None:
                     "windows-AMD64": ["cpu"],
                 }
             },
-            "which no \\[tool.cibuildwheel\\] archs builds",
+            "built by no \\[tool.cibuildwheel\\] archs",
         ),
     ],
 )
@@ -105,7 +108,7 @@ def test_free_threaded_identifiers() -> None:
     matrix = wm.load_matrix(_config(tool__cibuildwheel__build=["cp314-*", "cp314t-*"]))
     assert matrix.pythons == ("3.14", "3.14t")
     linux = next(p for p in matrix.platforms if p.key.startswith("linux"))
-    assert matrix.expected_identifiers(linux) == [
+    assert [linux.identifier(p) for p in matrix.pythons] == [
         "cp314-manylinux_x86_64",
         "cp314t-manylinux_x86_64",
     ]
@@ -200,7 +203,7 @@ def test_project_matrix_has_the_documented_variants() -> None:
     matrix = wm.load_matrix()
     assert matrix.pythons == ("3.10", "3.11", "3.12", "3.13", "3.14", "3.14t")
     # PyPI: the CUDA build of PyPI's torch on Linux x86_64, cpu elsewhere.
-    assert matrix.pypi == {
+    assert matrix.wheels["pypi"] == {
         "linux-x86_64": "cu130",
         "linux-aarch64": "cpu",
         "macos-arm64": "cpu",
