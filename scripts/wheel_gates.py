@@ -1,8 +1,6 @@
 """The gates on built wheels and sdists, and PyPI's plain-version wheels made from labelled ones.
 
-`packaging` reads names, versions, requirements and METADATA; `wheel unpack` and
-`wheel pack` change a wheel's version. The gates' tools (auditwheel, twine,
-check-wheel-contents, cuobjdump) are the caller's to install.
+On `packaging`, `wheel unpack` and `wheel pack`; the gates' tools are the caller's to install.
 """
 
 from __future__ import annotations
@@ -284,10 +282,8 @@ def cmd_pypi(args: argparse.Namespace) -> None:
     made = []
     for path in map(Path, args.wheels):
         info = read_wheel(path)
-        key, minor = (
-            platform_key(info.tags) or "",
-            torch_minor(info.build_info.get("TORCH_VERSION")),
-        )
+        minor = torch_minor(info.build_info.get("TORCH_VERSION"))
+        key = platform_key(info.tags) or ""
         if info.version.local and (variants.get(key), minor) == (info.variant, newest):
             made.append(relabel(path, Path(args.out), info.version.public))
         else:

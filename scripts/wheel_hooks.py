@@ -1,8 +1,7 @@
 """cibuildwheel's hooks for lltm's wheels: install-torch, build, repair and test-installed.
 
-cibuildwheel runs them with the Python being built for, before anything is
-installed: the standard library only, here. Its main is every command's
-(scripts/wheels.py's): each runs from the module that holds it.
+The standard library only: cibuildwheel runs them before anything is installed.
+Their main is every command's (scripts/wheels.py's), run from the module that holds it.
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ BUILD_DEPS = ["scikit-build-core>=1.1", "ninja"]
 REPAIR_DEPS = {"win32": ["delvewheel==1.13.2"]}
 UV = "uv==0.13.9"
 VARIANT_RE = re.compile(r"cpu|cu\d{3}")
-# Each command's module: `wheels.py COMMAND` imports that one only, so that the hooks and
-# the matrix need the standard library alone.
+# Each command's module: `wheels.py COMMAND` imports it alone (the first two: stdlib only).
 COMMANDS = {
     "wheel_hooks": ("install-torch", "build", "repair", "test-installed"),
     "wheel_matrix": ("matrix", "plan", "check-identifiers"),
@@ -80,9 +78,7 @@ def tool(module: str | None, command: str, package: str | None = None) -> list[s
     if module is not None and importlib.util.find_spec(module) is not None:
         return [sys.executable, "-m", module]
     found = shutil.which(command)
-    require(
-        found, f"{command} is needed here, and is not on PATH: pip install {package or command}"
-    )
+    require(found, f"{command} is needed, and not on PATH: pip install {package or command}")
     return [str(found)]
 
 
@@ -101,10 +97,9 @@ def install_torch_commands(
 ) -> list[list[str]]:
     """install-torch's installs by uv: the variant's torch, then (--build-deps) the build tools."""
     # uv's cache serves the test venv's torch too (hard links).
-    python = sys.executable
     if importlib.util.find_spec("uv") is None:
-        run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", UV])
-    install = [python, "-m", "uv", "pip", "install", "--python", python]
+        run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "-q", UV])
+    install = [sys.executable, "-m", "uv", "pip", "install", "--python", sys.executable]
     # The variant's own index, so that the CPU build is not swapped for PyPI's CUDA one.
     commands = [[*install, f"torch=={torch}.*", "--index-url", f"{PYTORCH_INDEX}/{variant}"]]
     return commands + [[*install, *BUILD_DEPS, *REPAIR_DEPS.get(system, [])]] * build_deps
@@ -184,7 +179,6 @@ def cmd_test_installed(args: argparse.Namespace) -> None:
     info, version = lltm.build_info(), lltm.__version__
     label = version.split("+", 1)[1] if "+" in version else None
     now = TorchBuild(version=torch.__version__, cuda=torch.version.cuda)
-    running = local_label(now)
     print(f"lltm {version} at {location}; torch {torch.__version__}; {info}")
     require(info["backend"] == "aot", f"lltm loaded its {info['backend']} build, not the wheel's")
     # A plain version (PyPI's wheel) names no torch: the minor and CUDA's major must match.
@@ -192,7 +186,7 @@ def cmd_test_installed(args: argparse.Namespace) -> None:
     same_cuda = not built.cuda or built.cuda.split(".")[0] == str(now.cuda).split(".")[0]
     plain_ok = label is None and built.minor == now.minor and same_cuda
     require(
-        label == running or plain_ok,
+        label == local_label(now) or plain_ok,
         f"lltm {version}, built against torch {built.version} (CUDA {built.cuda}), is "
         f"installed under torch {torch.__version__} (CUDA {torch.version.cuda})",
     )
@@ -203,10 +197,8 @@ def cmd_test_installed(args: argparse.Namespace) -> None:
     run([sys.executable, "-m", "lltm"], capture_output=True)
     if info.get("cuda"):
         run([sys.executable, SCRIPTS / "check_cuda_build.py"])
-    require(
-        not args.expect_gpu or "cuda" in lltm.available_backends(),
-        "--expect-gpu: lltm has CUDA kernels but no GPU is visible (nvidia-smi?)",
-    )
+    gpu = not args.expect_gpu or "cuda" in lltm.available_backends()
+    require(gpu, "--expect-gpu: lltm has CUDA kernels but no GPU is visible (nvidia-smi?)")
     if args.import_only:
         log("import check passed (--import-only: no test suite)")
         return

@@ -41,10 +41,8 @@ def write_index(out: Path, files: list[Path]) -> None:
     """A PEP 503 index at ``out`` (out/<project>/index.html) of wheels and sdists in ``out``."""
     entries = []
     for path in files:
-        entry = {
-            "filename": path.name,
-            "hash": f"sha256={hashlib.sha256(path.read_bytes()).hexdigest()}",
-        }
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        entry = {"filename": path.name, "hash": f"sha256={digest}"}
         if path.suffix == ".whl":
             metadata = write_metadata_file(path)
             entry["core_metadata"] = f"sha256={hashlib.sha256(metadata).hexdigest()}"
@@ -99,17 +97,12 @@ def write_release_index(out: Path, releases: list[dict[str, Any]]) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> None:
-    """A PEP 503 index per variant (OUT/cu130/ is an --index-url) of WHEELHOUSE or --releases.
-
-    The wheels of WHEELHOUSE are copied in (the local proof); every release's in
-    GitHub's list are linked, so that the Pages index keeps every version.
-    """
+    """A PEP 503 index per variant (OUT/cpu/): WHEELHOUSE's copied in, or every release's linked."""
     if args.expect_url is not None:  # host names compare in lowercase (Pages' is)
         configured, published = load_matrix().wheels.get("index-url", ""), args.expect_url
-        lower = [urllib.parse.urlsplit(u.rstrip("/")) for u in (configured, published)]
-        lower = [u._replace(scheme=u.scheme.lower(), netloc=u.netloc.lower()) for u in lower]
+        urls = [urllib.parse.urlsplit(u.rstrip("/")) for u in (configured, published)]
         require(
-            lower[0] == lower[1],
+            len({(u.scheme.lower(), u.netloc.lower(), u.path, u.query) for u in urls}) == 1,
             f"[tool.lltm.wheels] index-url is {configured!r}, but the index is published at "
             f"{published!r}: set index-url to it (docs/building.md's install lines use it)",
         )
@@ -118,15 +111,11 @@ def cmd_index(args: argparse.Namespace) -> None:
     shutil.rmtree(out, ignore_errors=True)
     if args.releases is not None:
         # JSON documents one after another: a release each (--jq '.[]'), or a list each (pages).
-        text, decoder, position, releases = (
-            Path(args.releases).read_text(),
-            json.JSONDecoder(),
-            0,
-            [],
-        )
-        while text[position:].strip():
-            value, position = decoder.raw_decode(text, len(text) - len(text[position:].lstrip()))
+        text, releases = Path(args.releases).read_text().strip(), []
+        while text:
+            value, end = json.JSONDecoder().raw_decode(text)
             releases += value if isinstance(value, list) else [value]
+            text = text[end:].lstrip()
         write_release_index(out, releases)
     else:
         for wheel in sorted(Path(args.wheelhouse).glob("*.whl")):
@@ -158,14 +147,8 @@ def cmd_metadata_files(args: argparse.Namespace) -> None:
 @contextlib.contextmanager
 def serve(directory: Path) -> Iterator[str]:
     """Serve ``directory`` on 127.0.0.1 (a free port) while the block runs; yield its URL."""
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, fmt: str, *args: Any) -> None:
-            log(f"index: {fmt % args}")
-
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Handler, directory=str(directory))
-    )
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     log(f"serving {directory} at {url}/")
@@ -177,11 +160,7 @@ def serve(directory: Path) -> Iterator[str]:
 
 
 def cmd_try_index(args: argparse.Namespace) -> None:
-    """Serve the index, pip install lltm from it into a fresh venv, and test that install.
-
-    pip must install lltm alone beside the venv's torch; or with --no-torch (the
-    PyPI layout: a clean machine) lltm and torch, both from the index.
-    """
+    """Serve the index, pip install lltm from it into a fresh venv, and test that install."""
     index, venv = Path(args.index).resolve(), Path(args.venv).resolve()
     page = index / args.variant / "lltm" / "index.html"
     require(page.is_file(), f"{page} is missing: run `wheels.py index` (or simple-index) first")

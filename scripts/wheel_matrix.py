@@ -1,7 +1,6 @@
 """The wheel matrix of pyproject.toml: cibuildwheel's CPython x platform, lltm's torch x variant.
 
-The standard library only: the workflows ask for the matrix with the runner's
-Python, before anything is installed. Reading pyproject.toml needs Python >= 3.11.
+The standard library only (the workflows run it before installing anything), Python >= 3.11.
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ import argparse
 import json
 import os
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,11 +66,7 @@ class Matrix:
         }
 
     def jobs(self, plan: str = "full") -> list[dict[str, Any]]:
-        """The wheels workflow's jobs: every identifier x torch x variant, or the PR subset.
-
-        The PR's: its CPythons x the newest torch x its variants on its platform,
-        and on each other one the newest CPython with the GIL, cpu.
-        """
+        """The wheels workflow's jobs: every identifier x torch x variant, or the PR's subset."""
         require(plan in PLANS, f"plan {plan!r}: expected one of pr, full (LLTM_WHEEL_PLAN)")
         pr = self.wheels.get("pull-request", {})
         require(plan == "full" or pr, "pyproject.toml has no [tool.lltm.wheels.pull-request]")
@@ -87,29 +81,6 @@ class Matrix:
                 combos = [(gil[-1], newest, "cpu")]
             jobs += [self._job(p, *combo) for combo in combos]
         return jobs
-
-
-def _check_plans(wheels: dict[str, Any], platforms: list[Platform], pythons: Sequence[str]) -> None:
-    by_key, pypi = {p.key: p.variants for p in platforms}, wheels.get("pypi", {})
-    for key, variant in pypi.items():
-        require(
-            variant in by_key.get(key, ()),
-            f"[tool.lltm.wheels.pypi] {key} = {variant!r}: expected a platform of the matrix "
-            f"and one of its variants ({list(by_key.get(key, ()))})",
-        )
-    missing = sorted(set(by_key) - set(pypi)) if pypi else []
-    require(not missing, f"[tool.lltm.wheels.pypi] has no variant for {missing}: one per platform")
-    if (pr := wheels.get("pull-request")) is None:
-        return
-    main = pr.get("platform", "linux-x86_64")
-    pr_pythons, pr_variants = pr.get("pythons", []), pr.get("variants", [])
-    require(
-        main in by_key and pr_pythons and pr_variants,
-        f"[tool.lltm.wheels.pull-request]: platform {main!r}, pythons {pr_pythons}, variants "
-        f"{pr_variants}: expected a platform of the matrix and non-empty lists",
-    )
-    stray = sorted(set(pr_pythons) - set(pythons)) + sorted(set(pr_variants) - set(by_key[main]))
-    require(not stray, f"[tool.lltm.wheels.pull-request] has {stray}, outside the full matrix")
 
 
 def load_matrix(config: dict[str, Any] | None = None) -> Matrix:
@@ -150,7 +121,25 @@ def load_matrix(config: dict[str, Any] | None = None) -> Matrix:
     torch = tuple(wheels.get("torch", []))
     ok = torch and all(re.fullmatch(r"\d+\.\d+", t) for t in torch)
     require(ok, f"[tool.lltm.wheels] torch = {list(torch)}: expected minor releases like '2.14'")
-    _check_plans(wheels, platforms, pythons)
+    by_key, pypi = {p.key: p.variants for p in platforms}, wheels.get("pypi", {})
+    for key, variant in pypi.items():
+        require(
+            variant in by_key.get(key, ()),
+            f"[tool.lltm.wheels.pypi] {key} = {variant!r}: expected a platform of the matrix "
+            f"and one of its variants ({list(by_key.get(key, ()))})",
+        )
+    missing = sorted(set(by_key) - set(pypi)) if pypi else []
+    require(not missing, f"[tool.lltm.wheels.pypi] has no variant for {missing}: one per platform")
+    if (pr := wheels.get("pull-request")) is not None:
+        main = pr.get("platform", "linux-x86_64")
+        pr_pythons, pr_variants = pr.get("pythons", []), pr.get("variants", [])
+        require(
+            main in by_key and pr_pythons and pr_variants,
+            f"[tool.lltm.wheels.pull-request]: platform {main!r}, pythons {pr_pythons}, variants "
+            f"{pr_variants}: expected a platform of the matrix and non-empty lists",
+        )
+        stray = sorted(set(pr_pythons) - set(pythons) | set(pr_variants) - set(by_key[main]))
+        require(not stray, f"[tool.lltm.wheels.pull-request] has {stray}, outside the full matrix")
     return Matrix(pythons, torch, tuple(platforms), wheels)
 
 
