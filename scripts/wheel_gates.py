@@ -243,7 +243,6 @@ def relabel(wheel: Path, out: Path, version: str) -> Path:
     new, wheel_cli = Version(version), tool("wheel", "wheel")
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        Path(tmp, "packed").mkdir()
         run([*wheel_cli, "unpack", "--dest", f"{tmp}/tree", wheel], capture_output=True)
         (tree,) = Path(tmp, "tree").iterdir()
         (dist_info,) = tree.glob("*.dist-info")
@@ -252,9 +251,9 @@ def relabel(wheel: Path, out: Path, version: str) -> Path:
         build_info = tree / "lltm" / "_build_info.py"
         text = re.sub(r"(?m)^VERSION = .*$", f'VERSION = "{new}"', build_info.read_text(), count=1)
         build_info.write_text(text)
-        run([*wheel_cli, "pack", "--dest-dir", f"{tmp}/packed", "--local-version", new.local or "",
-             tree], capture_output=True)  # fmt: skip
-        (built,) = Path(tmp, "packed").glob("*.whl")
+        pack = ["pack", "--dest-dir", tmp, "--local-version", new.local or "", tree]
+        run([*wheel_cli, *pack], capture_output=True)
+        (built,) = Path(tmp).glob("*.whl")
         target = Path(shutil.move(built, out / built.name))
     hooks.log(f"{wheel.name} -> {target.name}")
     return target

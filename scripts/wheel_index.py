@@ -9,7 +9,6 @@ import hashlib
 import html
 import http.server
 import json
-import os
 import shutil
 import sys
 import sysconfig
@@ -60,10 +59,9 @@ def write_index(out: Path, files: list[Path]) -> None:
 
 def variant_of(filename: str) -> str | None:
     """The variant a wheel's local label names (cpu, cu130), or None for a plain version."""
-    try:
+    local: str | None = "?"
+    with contextlib.suppress(InvalidWheelFilename):
         local = parse_wheel_filename(filename)[1].local
-    except InvalidWheelFilename:
-        local = "?"
     label = LABEL_RE.fullmatch(local or "")
     require(
         label or local is None,
@@ -167,7 +165,7 @@ def cmd_try_index(args: argparse.Namespace) -> None:
     shutil.rmtree(venv, ignore_errors=True)
     run([sys.executable, "-m", "venv", *["--system-site-packages"] * args.system_site_packages,
          venv])  # fmt: skip
-    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    python = venv / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
     if args.system_site_packages and sys.prefix != sys.base_prefix:
         # This Python is a venv itself (the GPU machine's image): --system-site-packages
         # reaches its base, not it, so a .pth file adds its packages.
