@@ -29,10 +29,9 @@ UV = "uv==0.13.9"
 VARIANT_RE = re.compile(r"cpu|cu\d{3}")
 # Each command's module: `wheels.py COMMAND` imports it alone (the first two: stdlib only).
 COMMANDS = {
-    "wheel_hooks": ("install-torch", "build", "repair", "test-installed"),
-    "wheel_matrix": ("matrix", "plan", "check-identifiers"),
-    "wheel_gates": ("check", "pypi", "relabel"),
-    "wheel_index": ("index", "simple-index", "metadata-files", "try-index"),
+    "wheel_hooks": "install-torch build repair test-installed",
+    "wheel_matrix": "matrix plan check-identifiers",
+    "wheel_release": "check pypi relabel index simple-index metadata-files try-index",
 }
 
 # Never in a wheel: torch's libraries (its OpenMP runtime too) and CUDA's, which torch
@@ -237,9 +236,9 @@ def add_commands(sub: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """``wheels.py COMMAND ...``: the module that holds COMMAND adds its options, then it runs."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    name = next((m for m, commands in COMMANDS.items() if argv[:1] and argv[0] in commands), None)
+    name = next((m for m, names in COMMANDS.items() if argv[:1] and argv[0] in names.split()), None)
     if name is None:
-        listing = "".join(f"\n  {m}.py: {', '.join(c)}" for m, c in COMMANDS.items())
+        listing = "".join(f"\n  {m}.py: {names}" for m, names in COMMANDS.items())
         print(f"usage: wheels.py COMMAND ...; the commands:{listing}", file=sys.stderr)
         return 2
     try:

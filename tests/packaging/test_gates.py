@@ -15,7 +15,7 @@ from packaging.tags import parse_tag
 from wheel_scripts import BUILD_INFO, MODULE, load, make_wheel
 
 hooks = load("wheel_hooks")
-wg = load("wheel_gates")
+wg = load("wheel_release")
 wm = load("wheel_matrix")
 wheels = load("wheels")
 

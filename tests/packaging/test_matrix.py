@@ -252,7 +252,7 @@ def test_building_doc_holds_the_variants_table() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", [name for commands in hooks.COMMANDS.values() for name in commands]
+    "name", [name for names in hooks.COMMANDS.values() for name in names.split()]
 )
 def test_each_command_runs_from_its_module(name: str) -> None:
     """wheels.py (wheel_hooks.main) sends each command to the module that defines it."""
