@@ -1,7 +1,6 @@
 """cibuildwheel's hooks for lltm's wheels: install-torch, build, repair and test-installed.
 
-The standard library only: cibuildwheel runs them before anything is installed.
-Their main is every command's (scripts/wheels.py's), run from the module that holds it.
+The standard library only: cibuildwheel runs them first. main runs every wheels.py command.
 """
 
 from __future__ import annotations

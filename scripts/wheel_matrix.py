@@ -180,10 +180,8 @@ def cmd_check_identifiers(_args: argparse.Namespace) -> None:
     failures = []
     for p in matrix.platforms:
         options = ["--platform", *p.key.replace("-", " --archs ").split(), ROOT]
-        listing = run(
-            ["cibuildwheel", "--print-build-identifiers", *options], capture_output=True, env=env
-        )
-        actual = sorted(listing.stdout.split())
+        cmd = ["cibuildwheel", "--print-build-identifiers", *options]
+        actual = sorted(run(cmd, capture_output=True, env=env).stdout.split())
         expected = sorted(p.identifier(python) for python in matrix.pythons)
         print(f"{p.key}: {' '.join(actual)}")
         if actual != expected:

@@ -1,7 +1,6 @@
 """The gates on built wheels and sdists, PyPI's plain-version wheels, and the index per variant.
 
-On `packaging`, `wheel unpack`/`wheel pack` and dumb-pypi, which writes the PEP 503 index;
-try-index serves the index and pip installs lltm from it. The gates' tools are the caller's.
+On `packaging`, `wheel unpack`/`pack` and dumb-pypi; the gates' tools are the caller's to install.
 """
 
 from __future__ import annotations
@@ -278,9 +277,8 @@ def pypi_policy(matrix: Matrix, override: str | None) -> Policy:
     if override is None:
         return matrix.newest_torch, dict(matrix.wheels.get("pypi", {}))
     match = re.fullmatch(r"(\d+\.\d+):((?:[\w-]+=\w+,?)+)", override)
-    if match is None:
-        msg = f"--policy {override!r}: expected TORCH:PLATFORM=VARIANT,... (2.13:linux-x86_64=cpu)"
-        raise WheelError(msg)
+    msg = f"--policy {override!r}: expected TORCH:PLATFORM=VARIANT,... (2.13:linux-x86_64=cpu)"
+    require(match, msg)
     return match[1], dict(item.split("=") for item in match[2].strip(",").split(","))
 
 
