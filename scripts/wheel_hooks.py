@@ -1,7 +1,6 @@
 """cibuildwheel's hooks for lltm's wheels: install-torch, build, repair and test-installed.
 
-cibuildwheel runs them with the Python being built for, before anything is
-installed: the standard library only, here. scripts/wheels.py builds on it.
+The standard library only: cibuildwheel runs them first. main runs every wheels.py command.
 """
 
 from __future__ import annotations
@@ -27,6 +26,12 @@ BUILD_DEPS = ["scikit-build-core>=1.1", "ninja"]
 REPAIR_DEPS = {"win32": ["delvewheel==1.13.2"]}
 UV = "uv==0.13.9"
 VARIANT_RE = re.compile(r"cpu|cu\d{3}")
+# Each command's module: `wheels.py COMMAND` imports it alone (the first two: stdlib only).
+COMMANDS = {
+    "wheel_hooks": "install-torch build repair test-installed",
+    "wheel_matrix": "matrix plan check-identifiers",
+    "wheel_release": "check pypi relabel index simple-index metadata-files try-index",
+}
 
 # Never in a wheel: torch's libraries (its OpenMP runtime too) and CUDA's, which torch
 # brings. Linux: SONAME globs for auditwheel; macOS: path parts for delocate; Windows:
@@ -71,9 +76,7 @@ def tool(module: str | None, command: str, package: str | None = None) -> list[s
     if module is not None and importlib.util.find_spec(module) is not None:
         return [sys.executable, "-m", module]
     found = shutil.which(command)
-    require(
-        found, f"{command} is needed here, and is not on PATH: pip install {package or command}"
-    )
+    require(found, f"{command} is needed, and not on PATH: pip install {package or command}")
     return [str(found)]
 
 
@@ -87,22 +90,14 @@ def is_excluded_lib(name: str) -> bool:
     return any(fnmatch.fnmatch(base, pattern) for pattern in EXCLUDE_LINUX)
 
 
-def installer(python: str = sys.executable) -> list[str]:
-    """How install-torch installs: uv (its cache serves the test venv's torch too), or pip."""
-    choice = os.environ.get("LLTM_WHEEL_INSTALLER", "uv")
-    require(choice in {"uv", "pip"}, f"LLTM_WHEEL_INSTALLER={choice!r}: expected uv or pip")
-    if choice == "pip":
-        return [python, "-m", "pip", "install", "--disable-pip-version-check"]
-    if importlib.util.find_spec("uv") is None:
-        run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", UV])
-    return [python, "-m", "uv", "pip", "install", "--python", python]
-
-
 def install_torch_commands(
     torch: str, variant: str, *, build_deps: bool, system: str = sys.platform
 ) -> list[list[str]]:
-    """The installs of install-torch: the variant's torch, then (--build-deps) the build tools."""
-    install = installer()
+    """install-torch's installs by uv: the variant's torch, then (--build-deps) the build tools."""
+    # uv's cache serves the test venv's torch too (hard links).
+    if importlib.util.find_spec("uv") is None:
+        run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "-q", UV])
+    install = [sys.executable, "-m", "uv", "pip", "install", "--python", sys.executable]
     # The variant's own index, so that the CPU build is not swapped for PyPI's CUDA one.
     commands = [[*install, f"torch=={torch}.*", "--index-url", f"{PYTORCH_INDEX}/{variant}"]]
     return commands + [[*install, *BUILD_DEPS, *REPAIR_DEPS.get(system, [])]] * build_deps
@@ -182,7 +177,6 @@ def cmd_test_installed(args: argparse.Namespace) -> None:
     info, version = lltm.build_info(), lltm.__version__
     label = version.split("+", 1)[1] if "+" in version else None
     now = TorchBuild(version=torch.__version__, cuda=torch.version.cuda)
-    running = local_label(now)
     print(f"lltm {version} at {location}; torch {torch.__version__}; {info}")
     require(info["backend"] == "aot", f"lltm loaded its {info['backend']} build, not the wheel's")
     # A plain version (PyPI's wheel) names no torch: the minor and CUDA's major must match.
@@ -190,7 +184,7 @@ def cmd_test_installed(args: argparse.Namespace) -> None:
     same_cuda = not built.cuda or built.cuda.split(".")[0] == str(now.cuda).split(".")[0]
     plain_ok = label is None and built.minor == now.minor and same_cuda
     require(
-        label == running or plain_ok,
+        label == local_label(now) or plain_ok,
         f"lltm {version}, built against torch {built.version} (CUDA {built.cuda}), is "
         f"installed under torch {torch.__version__} (CUDA {torch.version.cuda})",
     )
@@ -201,10 +195,8 @@ def cmd_test_installed(args: argparse.Namespace) -> None:
     run([sys.executable, "-m", "lltm"], capture_output=True)
     if info.get("cuda"):
         run([sys.executable, SCRIPTS / "check_cuda_build.py"])
-    require(
-        not args.expect_gpu or "cuda" in lltm.available_backends(),
-        "--expect-gpu: lltm has CUDA kernels but no GPU is visible (nvidia-smi?)",
-    )
+    gpu = not args.expect_gpu or "cuda" in lltm.available_backends()
+    require(gpu, "--expect-gpu: lltm has CUDA kernels but no GPU is visible (nvidia-smi?)")
     if args.import_only:
         log("import check passed (--import-only: no test suite)")
         return
@@ -223,21 +215,8 @@ def command(sub: Any, func: Callable[[argparse.Namespace], None], text: str) -> 
     return parser
 
 
-def run_command(top: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
-    """Run the command ``argv`` names; a failure prints its message and returns 1."""
-    args = top.parse_args(argv)
-    try:
-        args.func(args)
-    except WheelError as exc:
-        print(f"{Path(sys.argv[0]).name} {args.command}: FAILED: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The hooks' command line."""
-    top = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = top.add_subparsers(dest="command", required=True)
+def add_commands(sub: Any) -> None:
+    """The hooks' commands."""
     p = command(sub, cmd_install_torch, "torch for $LLTM_WHEEL_TORCH/$LLTM_WHEEL_VARIANT")
     p.add_argument("--build-deps", action="store_true", help=f"also {' '.join(BUILD_DEPS)}")
     p = command(sub, cmd_build, "a wheel against --python's torch, without isolation")
@@ -251,8 +230,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--import-only", action="store_true", help="checks, but not the test suite")
     p.add_argument("--expect-gpu", action="store_true", help="fail unless CUDA can run")
     p.add_argument("pytest_args", nargs="*", help="after --: for pytest")
-    return run_command(top, argv)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def main(argv: Sequence[str] | None = None) -> int:
+    """``wheels.py COMMAND ...``: the module that holds COMMAND adds its options, then it runs."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    name = next((m for m, names in COMMANDS.items() if argv[:1] and argv[0] in names.split()), None)
+    if name is None:
+        listing = "".join(f"\n  {m}.py: {names}" for m, names in COMMANDS.items())
+        print(f"usage: wheels.py COMMAND ...; the commands:{listing}", file=sys.stderr)
+        return 2
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        print(f"wheels.py {argv[0]} needs {exc.name}: `nox -s wheel_tools -- {argv[0]} ...`")
+        return 1
+    top = argparse.ArgumentParser(prog=Path(sys.argv[0]).name)
+    module.add_commands(top.add_subparsers(dest="command"))
+    args = top.parse_args(argv)
+    try:
+        args.func(args)
+    except WheelError as exc:
+        print(f"{top.prog} {args.command}: FAILED: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # as wheel_hooks, the module the others import (one WheelError)
+    sys.exit(importlib.import_module("wheel_hooks").main())

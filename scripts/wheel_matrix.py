@@ -1,7 +1,6 @@
 """The wheel matrix of pyproject.toml: cibuildwheel's CPython x platform, lltm's torch x variant.
 
-The standard library only: the workflows ask for the matrix with the runner's
-Python, before anything is installed. Reading pyproject.toml needs Python >= 3.11.
+The standard library only (the workflows run it before installing anything), Python >= 3.11.
 """
 
 from __future__ import annotations
@@ -10,11 +9,10 @@ import argparse
 import json
 import os
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wheel_hooks import ROOT, VARIANT_RE, command, log, require, run, run_command
+from wheel_hooks import ROOT, VARIANT_RE, command, log, require, run
 
 PLANS = ("pr", "full")
 # A CUDA job builds nvcc code for a dozen architectures, after a 3 GB torch; a
@@ -52,15 +50,10 @@ class Matrix:
         """The torch minor of the PyPI wheels and of the pull-request builds."""
         return self.torch[-1]
 
-    @property
-    def pypi(self) -> dict[str, str]:
-        """[tool.lltm.wheels.pypi]: the variant of PyPI's wheel, per platform key."""
-        return dict(self.wheels.get("pypi", {}))
-
     def _job(self, platform: Platform, python: str, torch: str, variant: str) -> dict[str, Any]:
-        only = platform.identifier(python)
+        only, policy = platform.identifier(python), self.wheels.get("pypi", {})
         # This job also makes the plain-version wheel for PyPI (wheels.py pypi).
-        pypi = torch == self.newest_torch and self.pypi.get(platform.key) == variant
+        pypi = torch == self.newest_torch and policy.get(platform.key) == variant
         return {
             "name": f"{only} torch {torch} {variant}" + (" (+PyPI)" if pypi else ""),
             "runner": platform.runner,
@@ -73,11 +66,7 @@ class Matrix:
         }
 
     def jobs(self, plan: str = "full") -> list[dict[str, Any]]:
-        """The wheels workflow's jobs: every identifier x torch x variant, or the PR subset.
-
-        The PR's: its CPythons x the newest torch x its variants on its platform,
-        and on each other one the newest CPython with the GIL, cpu.
-        """
+        """The wheels workflow's jobs: every identifier x torch x variant, or the PR's subset."""
         require(plan in PLANS, f"plan {plan!r}: expected one of pr, full (LLTM_WHEEL_PLAN)")
         pr = self.wheels.get("pull-request", {})
         require(plan == "full" or pr, "pyproject.toml has no [tool.lltm.wheels.pull-request]")
@@ -93,36 +82,6 @@ class Matrix:
             jobs += [self._job(p, *combo) for combo in combos]
         return jobs
 
-    def expected_identifiers(self, platform: Platform) -> list[str]:
-        """What cibuildwheel must select for ``platform``."""
-        return sorted(platform.identifier(python) for python in self.pythons)
-
-
-def _check_plans(wheels: dict[str, Any], platforms: list[Platform], pythons: Sequence[str]) -> None:
-    by_key, pypi = {p.key: p.variants for p in platforms}, wheels.get("pypi", {})
-    for key, variant in pypi.items():
-        require(
-            variant in by_key.get(key, ()),
-            f"[tool.lltm.wheels.pypi] {key} = {variant!r}: expected a platform of the matrix "
-            f"and one of its variants ({list(by_key.get(key, ()))})",
-        )
-    missing = sorted(set(by_key) - set(pypi)) if pypi else []
-    require(not missing, f"[tool.lltm.wheels.pypi] has no variant for {missing}: one per platform")
-    if (pr := wheels.get("pull-request")) is None:
-        return
-    main = pr.get("platform", "linux-x86_64")
-    pr_pythons, pr_variants = pr.get("pythons", []), pr.get("variants", [])
-    require(
-        main in by_key and pr_pythons and pr_variants,
-        f"[tool.lltm.wheels.pull-request]: platform {main!r}, pythons {pr_pythons}, variants "
-        f"{pr_variants}: expected a platform of the matrix and non-empty lists",
-    )
-    stray = sorted(set(pr_pythons) - set(pythons)) + sorted(set(pr_variants) - set(by_key[main]))
-    require(
-        not stray,
-        f"[tool.lltm.wheels.pull-request] has {stray}, which the full matrix does not build",
-    )
-
 
 def load_matrix(config: dict[str, Any] | None = None) -> Matrix:
     """Read and check the wheel matrix from pyproject.toml (or ``config``, its contents)."""
@@ -130,19 +89,13 @@ def load_matrix(config: dict[str, Any] | None = None) -> Matrix:
         import tomllib  # noqa: PLC0415 - Python >= 3.11; a given config needs none
 
         config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    cibw, wheels = (
-        config["tool"].get("cibuildwheel", {}),
-        config["tool"].get("lltm", {}).get("wheels"),
-    )
+    tool = config["tool"]
+    cibw, wheels = tool.get("cibuildwheel", {}), tool.get("lltm", {}).get("wheels")
     require(wheels, "pyproject.toml has no [tool.lltm.wheels] table (the torch x variant matrix)")
     # One CPython per entry, so that the matrix is explicit; cp314t-*: free-threaded, "3.14t".
     builds = [(b, re.fullmatch(r"cp3(\d+)(t?)-\*", b)) for b in cibw.get("build", [])]
     bad = [b for b, match in builds if match is None]
-    require(
-        builds and not bad,
-        f'[tool.cibuildwheel] build {bad}: expected one CPython per entry, like "cp312-*" or '
-        '"cp314t-*"',
-    )
+    require(builds and not bad, f"[tool.cibuildwheel] build {bad}: expected one CPython per entry")
     pythons = tuple(f"3.{match[1]}{match[2]}" for _, match in builds if match)
     variants, runners = wheels.get("variants", {}), wheels.get("runners", {})
     platforms = []
@@ -163,24 +116,37 @@ def load_matrix(config: dict[str, Any] | None = None) -> Matrix:
             platforms.append(Platform(key, runners[key], tuple(variants[key])))
     stray = sorted(set(variants) - {p.key for p in platforms})
     require(
-        not stray,
-        f"[tool.lltm.wheels] variants has {stray}, which no [tool.cibuildwheel] archs builds",
+        not stray, f"[tool.lltm.wheels] variants has {stray}, built by no [tool.cibuildwheel] archs"
     )
     torch = tuple(wheels.get("torch", []))
-    require(
-        torch and all(re.fullmatch(r"\d+\.\d+", t) for t in torch),
-        f"[tool.lltm.wheels] torch = {list(torch)}: expected minor releases like '2.14'",
-    )
-    _check_plans(wheels, platforms, pythons)
+    ok = torch and all(re.fullmatch(r"\d+\.\d+", t) for t in torch)
+    require(ok, f"[tool.lltm.wheels] torch = {list(torch)}: expected minor releases like '2.14'")
+    by_key, pypi = {p.key: p.variants for p in platforms}, wheels.get("pypi", {})
+    for key, variant in pypi.items():
+        require(
+            variant in by_key.get(key, ()),
+            f"[tool.lltm.wheels.pypi] {key} = {variant!r}: expected a platform of the matrix "
+            f"and one of its variants ({list(by_key.get(key, ()))})",
+        )
+    missing = sorted(set(by_key) - set(pypi)) if pypi else []
+    require(not missing, f"[tool.lltm.wheels.pypi] has no variant for {missing}: one per platform")
+    if (pr := wheels.get("pull-request")) is not None:
+        main = pr.get("platform", "linux-x86_64")
+        pr_pythons, pr_variants = pr.get("pythons", []), pr.get("variants", [])
+        require(
+            main in by_key and pr_pythons and pr_variants,
+            f"[tool.lltm.wheels.pull-request]: platform {main!r}, pythons {pr_pythons}, variants "
+            f"{pr_variants}: expected a platform of the matrix and non-empty lists",
+        )
+        stray = sorted(set(pr_pythons) - set(pythons) | set(pr_variants) - set(by_key[main]))
+        require(not stray, f"[tool.lltm.wheels.pull-request] has {stray}, outside the full matrix")
     return Matrix(pythons, torch, tuple(platforms), wheels)
 
 
 def format_job(job: dict[str, Any]) -> str:
     """One readable line per job."""
-    return (
-        f"{job['runner']:18} {job['only']:26} torch {job['torch']:5} {job['variant']:6} "
-        f"{job['timeout']:3} min" + (" +PyPI" if job["pypi"] else "")
-    )
+    line = f"{job['runner']:18} {job['only']:26} torch {job['torch']:5} {job['variant']:6} "
+    return line + f"{job['timeout']:3} min" + (" +PyPI" if job["pypi"] else "")
 
 
 def cmd_matrix(args: argparse.Namespace) -> None:
@@ -195,9 +161,8 @@ def cmd_matrix(args: argparse.Namespace) -> None:
         print("\n".join(map(format_job, jobs)))
 
 
-def cmd_plan(args: argparse.Namespace) -> None:
+def cmd_plan(_args: argparse.Namespace) -> None:
     """Print both plans, the pull-request subset and the full matrix, job by job, with counts."""
-    del args
     events = ["pull requests that touch the build (path filters in wheels.yml)",
               "version tags, the weekly schedule, a manual run"]  # fmt: skip
     for plan, event in zip(PLANS, events, strict=True):
@@ -208,16 +173,16 @@ def cmd_plan(args: argparse.Namespace) -> None:
         print("\n".join(f"  {format_job(job)}" for job in jobs))
 
 
-def cmd_check_identifiers(args: argparse.Namespace) -> None:
+def cmd_check_identifiers(_args: argparse.Namespace) -> None:
     """Check, per platform, that cibuildwheel selects exactly the intended builds."""
     matrix = load_matrix()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
     failures = []
     for p in matrix.platforms:
         options = ["--platform", *p.key.replace("-", " --archs ").split(), ROOT]
-        listing = run([*args.cibuildwheel, "--print-build-identifiers", *options],
-                      capture_output=True, env=env)  # fmt: skip
-        actual, expected = sorted(listing.stdout.split()), matrix.expected_identifiers(p)
+        cmd = ["cibuildwheel", "--print-build-identifiers", *options]
+        actual = sorted(run(cmd, capture_output=True, env=env).stdout.split())
+        expected = sorted(p.identifier(python) for python in matrix.pythons)
         print(f"{p.key}: {' '.join(actual)}")
         if actual != expected:
             failures.append(
@@ -228,15 +193,11 @@ def cmd_check_identifiers(args: argparse.Namespace) -> None:
     log(f"cibuildwheel selects exactly the intended {len(matrix.jobs())}-job full matrix")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The matrix commands' command line."""
-    top = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = top.add_subparsers(dest="command", required=True)
+def add_commands(sub: Any) -> None:
+    """The matrix commands."""
     p = command(sub, cmd_matrix, "the wheel jobs of a plan")
     p.add_argument("--github", action="store_true", help="as a GitHub Actions matrix (JSON)")
     p.add_argument("--pythons", action="store_true", help="only the Python versions (JSON)")
     p.add_argument("--plan", choices=PLANS, help="default: $LLTM_WHEEL_PLAN, else full")
     command(sub, cmd_plan, "both plans (pull request, full), job counts")
-    p = command(sub, cmd_check_identifiers, "cibuildwheel selects exactly the intended builds")
-    p.add_argument("--cibuildwheel", nargs="+", default=["cibuildwheel"], help="its command")
-    return run_command(top, argv)
+    command(sub, cmd_check_identifiers, "cibuildwheel selects exactly the intended builds")

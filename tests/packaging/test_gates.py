@@ -15,7 +15,7 @@ from packaging.tags import parse_tag
 from wheel_scripts import BUILD_INFO, MODULE, load, make_wheel
 
 hooks = load("wheel_hooks")
-wg = load("wheel_gates")
+wg = load("wheel_release")
 wm = load("wheel_matrix")
 wheels = load("wheels")
 
@@ -194,7 +194,6 @@ def test_repair_leaves_torch_and_cuda_out(system: str, monkeypatch: pytest.Monke
 
 def test_install_torch_uses_uv_and_the_variants_index(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hooks, "run", lambda *_a, **_k: None)  # no pip install uv here
-    monkeypatch.delenv("LLTM_WHEEL_INSTALLER", raising=False)
     torch_cmd, deps = hooks.install_torch_commands("2.14", "cu130", build_deps=True, system="win32")
     assert torch_cmd[1:5] == ["-m", "uv", "pip", "install"]
     assert torch_cmd[-3:] == [
@@ -203,12 +202,8 @@ def test_install_torch_uses_uv_and_the_variants_index(monkeypatch: pytest.Monkey
         "https://download.pytorch.org/whl/cu130",
     ]
     assert "delvewheel==1.13.2" in deps  # cibuildwheel brings no repair tool on Windows
-    monkeypatch.setenv("LLTM_WHEEL_INSTALLER", "pip")
     (torch_cmd,) = hooks.install_torch_commands("2.13", "cpu", build_deps=False, system="linux")
-    assert torch_cmd[1:4] == ["-m", "pip", "install"]
-    monkeypatch.setenv("LLTM_WHEEL_INSTALLER", "conda")
-    with pytest.raises(hooks.WheelError, match="expected uv or pip"):
-        hooks.install_torch_commands("2.13", "cpu", build_deps=False)
+    assert torch_cmd[-1] == "https://download.pytorch.org/whl/cpu"
 
 
 def test_hooks_need_the_standard_library_only() -> None:

@@ -15,7 +15,7 @@ import pytest
 from wheel_scripts import load, make_wheel
 
 hooks = load("wheel_hooks")
-wi = load("wheel_index")
+wi = load("wheel_release")
 wheels = load("wheels")
 
 CPU_INFO = 'VERSION = "0.1.0+pt213cpu"\nTORCH_VERSION = "2.13.0+cpu"\nCUDA_VERSION = None\n'
