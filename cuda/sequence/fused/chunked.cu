@@ -130,9 +130,15 @@ void plan_chunked(
   const auto set = [&](auto tile, int index) {
     using P = decltype(tile);
     set_tile<P>(out, index);
-    out->cooperative = Backward
-        ? cooperative_of<fused_backward_of<T, P>(), P>(shape, limits)
-        : cooperative_of<fused_forward_of<T, P>(), P>(shape, limits);
+    // if constexpr: a ternary would instantiate both directions' kernels for
+    // every tile, which the wheel would carry without ever launching.
+    if constexpr (Backward) {
+      out->cooperative =
+          cooperative_of<fused_backward_of<T, P>(), P>(shape, limits);
+    } else {
+      out->cooperative =
+          cooperative_of<fused_forward_of<T, P>(), P>(shape, limits);
+    }
     return cudaSuccess;
   };
   out->kernel = SequenceKernel::kFusedChunked;
