@@ -140,6 +140,42 @@ def test_without_tuning_the_model_chooses(
     assert choice["path"] == min(choice["times_us"], key=lambda nt: nt[1])[0]
 
 
+# Sizes whose model estimates rank each CPU path first (LLTM_TUNING=0).
+RANKED_SIZES = [(30, 2, 5, 24), (20, 1, 8, 512), (100, 8, 64, 512), (64, 16, 32, 128)]
+
+
+def auto_inference(size: tuple[int, int, int, int]) -> tuple[dict[str, object], list[str]]:
+    """The one choice that `auto` made for an inference block of `size`, and the path that ran."""
+    lltm.clear_path_choices()
+    layer, x = layer_and_input(size)
+    with torch.no_grad():
+        ran = lltm.paths_that_ran(lambda: layer(x))
+    choices = lltm.path_choices()
+    assert len(choices) == 1, f"auto chose nothing at {size}: {choices}"
+    return choices[0], ran["forward"]
+
+
+@pytest.mark.parametrize("path", CPU_PATHS)
+@pytest.mark.usefixtures("_fresh_choices")
+def test_auto_runs_each_path_where_the_model_ranks_it_first(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`auto` is no alias of one path: the model's first at each size is what runs."""
+    if path == "onednn" and not ONEDNN:
+        pytest.skip("this build of torch has no oneDNN")
+    monkeypatch.setenv("LLTM_TUNING", "0")
+    for size in RANKED_SIZES:
+        choice, ran = auto_inference(size)
+        times = choice["times_us"]
+        assert isinstance(times, list)
+        first = min(times, key=lambda nt: nt[1])[0]
+        assert choice["path"] == first
+        assert ran == [first]
+        if first == path:
+            return
+    pytest.fail(f"the model ranks {path} first at none of {RANKED_SIZES}")
+
+
 @pytest.mark.usefixtures("_fresh_choices")
 def test_threads_share_one_choice() -> None:
     layer, x = layer_and_input((20, 5, 6, 40))
