@@ -7,7 +7,7 @@ cuobjdump comes from PATH, or from the PyPI package nvidia-cuda-cuobjdump.
 
     python scripts/check_cuda_build.py
 
-scripts/wheels.py runs the same architecture check on a wheel's module,
+scripts/wheel_release.py runs the same architecture check on a wheel's module,
 before it is installed (cuda_archs_in and missing_archs).
 """
 
