@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from typing import TypedDict
 
@@ -131,6 +132,18 @@ def profiler_logs_hidden() -> Iterator[None]:
                 sys.stderr.flush()
 
 
+@contextlib.contextmanager
+def _quiet_profiler() -> Iterator[None]:
+    """Start or stop the profiler without its log lines or its warnings.
+
+    Some torch releases warn that a cycle's events are cleared: this profile
+    is one cycle, read whole.
+    """
+    with profiler_logs_hidden(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Profiler clears events", UserWarning)
+        yield
+
+
 def paths_that_ran(fn: Callable[[], object]) -> PathsThatRan:
     """Run ``fn()`` once under ``torch.profiler`` and name the plans it ran.
 
@@ -146,12 +159,12 @@ def paths_that_ran(fn: Callable[[], object]) -> PathsThatRan:
         {'forward': ['fused'], 'backward': ['fused'], 'cell': [], 'cell_backward': []}
     """
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-    with profiler_logs_hidden():
+    with _quiet_profiler():
         prof.start()
     try:
         fn()
     finally:
-        with profiler_logs_hidden():
+        with _quiet_profiler():
             prof.stop()
     ran: dict[str, list[str]] = {kind: [] for kind in _RANGES.values()}
     for event in sorted(prof.events(), key=lambda e: e.time_range.start):

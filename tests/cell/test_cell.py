@@ -379,5 +379,6 @@ def test_small_and_cublas_paths_agree(
             steps[path] = (new_h, new_cell, *grads)
             for got, want in zip(steps[path], reference_step(args), strict=True):
                 assert_close_to_reference(got, want)
+        # Each sums in its own order: they agree at the dtype's tolerance.
         for small, cublas in zip(steps["small"], steps["cublas"], strict=True):
-            torch.testing.assert_close(small, cublas)
+            assert_close_to_reference(small, cublas.double())

@@ -15,6 +15,7 @@ from sequences import (
     assert_ran_the_named_plans,
     make_sequence,
     matches_the_reference_bit_for_bit,
+    plan_or_reason,
     set_device_path,
     shape_id,
     with_grads,
@@ -48,20 +49,25 @@ CLUSTER_SHAPES = [
 # The cluster's kernels on tensor cores (cuda/sequence/persistent/cluster_mma.cu: float16
 # and bfloat16, sm_90 on) at the edges of their regime: one row, one step;
 # one column a block (state 5: four blocks, three without a column), blocks
-# without a column (33, 200); a second row tile; the most rows whose
-# backward tiles fit in shared memory at each state (128 at 128, 48 at 256,
-# 16 at 512), with up to two epilogue items a thread (batch * columns a
-# block <= 1024).
+# without a column (33, 200); a second row tile; the most fragments
+# (batch x state / 16) the tensor cores take where the CUDA cores' tiles are
+# small (256: batch 32 at state 128, 16 at 256); at state 512, where they are
+# not, the most rows whose backward fits on tensor cores (16).
 CLUSTER_MMA_SHAPES = [
     (1, 1, 3, 5),
     (3, 7, 5, 33),
     (4, 16, 8, 128),
     (2, 17, 4, 128),
-    (3, 30, 3, 200),
-    (2, 128, 4, 128),
-    (2, 48, 4, 256),
+    (3, 16, 3, 200),
+    (2, 32, 4, 128),
+    (2, 16, 4, 256),
     (3, 16, 8, 512),
 ]
+
+# Sizes that the tensor-core kernels could hold, past 256 fragments where
+# the CUDA cores' tiles are small in both directions: the cluster runs on
+# CUDA cores there.
+CLUSTER_SIMT_16_BIT_SHAPES = [(3, 30, 3, 200), (2, 128, 4, 128), (2, 48, 4, 256)]
 
 
 # (dtype, shape, the plans' kernel): float32's clusters are on CUDA cores;
@@ -84,6 +90,11 @@ EDGES = [
         for dtype in (torch.float16, torch.bfloat16)
         for s in CLUSTER_MMA_SHAPES
     ),
+    *(
+        pytest.param(dtype, s, "cluster/simt/", id=f"simt-{dtype}-{shape_id(s)}")
+        for dtype in (torch.float16, torch.bfloat16)
+        for s in CLUSTER_SIMT_16_BIT_SHAPES
+    ),
 ]
 
 
@@ -103,13 +114,15 @@ def test_cuda_cluster_kernels_at_their_edges(
 def test_cuda_cluster_forward_on_tensor_cores_alone(
     monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype
 ) -> None:
-    """Batch 64 at state 256: the forward fits (8 tiles a block, two warps each), the
-    backward's tiles do not, so the forward runs without a graph, saving nothing.
+    """Batch 32 at state 512: the forward fits on tensor cores, the backward does
+    not, so only the inference forward runs there, saving nothing.
     """
     set_device_path(monkeypatch, "cuda", "cluster")
-    args = make_sequence(3, 64, 4, 256, device="cuda", dtype=dtype, requires_grad=False)
+    args = make_sequence(3, 32, 4, 512, device="cuda", dtype=dtype, requires_grad=False)
     ran = lltm.paths_that_ran(lambda: lltm.lltm_sequence(*args))
     assert ran["forward"] == ["cluster/mma"]
+    backward, _ = plan_or_reason("cluster", "cuda", dtype, (3, 32, 4, 512), backward=True)
+    assert backward != "cluster/mma"
     got = lltm.lltm_sequence(*args)
     want = lltm_sequence_reference(*[a.double().cpu() for a in args])
     for g, w in zip(got, want, strict=True):
