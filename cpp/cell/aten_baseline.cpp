@@ -1,7 +1,7 @@
 // LLTM in ATen operations alone: the tutorial's "C++ extension", on any
 // device. It is what lltm._C._forward_aten and _backward_aten run, the
 // baseline the benchmark compares the kernels with; the dispatcher's CPU
-// and CUDA kernels are in lltm_cpu.cpp and lltm_cuda.cpp.
+// and CUDA kernels are in cpu.cpp and cuda.cpp.
 //
 // Forward, with X = [old_h | input] and Z = X W^T + b split column-wise into
 // three [batch, state_size] blocks Z_i, Z_o, Z_c:

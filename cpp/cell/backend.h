@@ -1,5 +1,5 @@
-// What the CPU and CUDA kernels of the cell ops share (lltm_cpu.cpp,
-// lltm_cuda.cpp): the tensors of the pointwise passes, and the two backward
+// What the CPU and CUDA kernels of the cell ops share (cpu.cpp,
+// cuda.cpp): the tensors of the pointwise passes, and the two backward
 // ops, which run the same steps on either backend.
 //
 // A backend is a struct with

@@ -11,8 +11,8 @@
 //   `lltm::cell_backward`, which computes only the gradients asked for.
 //
 // The schemas live in lltm.cpp (TORCH_LIBRARY). Each backend registers its
-// kernels with TORCH_LIBRARY_IMPL in its own file (lltm_cpu.cpp, and
-// lltm_cuda.cpp when CUDA is built). Every kernel calls the check helper of
+// kernels with TORCH_LIBRARY_IMPL in its own file (cpu.cpp, and
+// cuda.cpp when CUDA is built). Every kernel calls the check helper of
 // its op first, so all backends reject bad input with the same message.
 #pragma once
 
@@ -119,7 +119,8 @@ Sizes check_cell_backward_args(
     const OutputMask& output_mask);
 
 // The pieces of the input checks, shared by the checks of every op (the
-// sequence ops' too, in sequence.cpp), so that all say the same words.
+// sequence ops' too, in cpp/sequence/checks.cpp), so that all say the same
+// words.
 namespace checks {
 
 struct Arg {

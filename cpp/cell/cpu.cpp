@@ -1,7 +1,7 @@
 // LLTM on the CPU: the kernels of every lltm op for the CPU dispatch key.
 //
 // Each op is GEMMs in ATen (BLAS) around one fused, vectorized pointwise
-// pass (lltm_cpu_kernel.cpp, which states the math), split over threads
+// pass (cpp/cpu_kernels/kernels.cpp, which states the math), split over threads
 // by rows with at::parallel_for:
 //
 //   cell           X = [old_h | input], Z = X W^T, pointwise

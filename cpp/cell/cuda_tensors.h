@@ -1,5 +1,5 @@
 // From ATen tensors to the CUDA kernel library's raw pointers: shared by the
-// C++ layers over it (lltm_cuda.cpp, sequence_cuda.cpp).
+// C++ layers over it (cpp/cell/cuda.cpp, cpp/sequence/cuda/).
 #pragma once
 
 #include "cuda/cell/cell.h"

@@ -1,7 +1,7 @@
 // The CPU kernels' dispatch: which capability's kernels run, and how the
 // rows of a problem are cut into at::parallel_for tasks.
 //
-// lltm_cpu_kernel.cpp is compiled once per CPU capability, and each object
+// kernels.cpp is compiled once per CPU capability, and each object
 // defines its capability's table. The build defines LLTM_HAVE_<name>_KERNELS
 // for each capability it compiled besides DEFAULT (cpu_capabilities.txt, on
 // x86-64 Linux only: cmake/LltmCpuKernels.cmake says why).

@@ -1,5 +1,5 @@
 // From ATen tensors to the CPU kernels' operands: shared by the C++ layers
-// over them (lltm_cpu.cpp, sequence_cpu.cpp).
+// over them (cpp/cell/cpu.cpp, cpp/sequence/cpu/).
 #pragma once
 
 #include "cpp/cpu_kernels/kernels.h"

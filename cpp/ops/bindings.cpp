@@ -85,7 +85,7 @@ void def(py::module_& m, const char* name, const char* doc) {
 //   handles of find_op, the CPU kernel table of cpu::best_kernels, the
 //   sequence step loops): initialized once under the compiler's guard,
 //   read-only after. The dispatcher's lookups take its own lock. The CUDA
-//   device caches (cuda/lltm_sequence.cu) are std::atomic, and like all of
+//   device caches (cuda/common/device.h) are std::atomic, and like all of
 //   the above already ran with the GIL released.
 // - The argument and result conversions are pybind11's (3.x, which locks its
 //   internals on a free-threaded build) and torch's Tensor caster, the same

@@ -97,7 +97,7 @@ using ForwardResult =
 // state_size] with a direction dimension).
 using BackwardResult = CellBackwardResult;
 
-// The signatures of the ops' kernels; the schemas (sequence.cpp) name the
+// The signatures of the ops' kernels; the schemas (checks.cpp) name the
 // arguments, and ops.h calls the ops with them.
 using Signature = Result(
     const at::Tensor& input,

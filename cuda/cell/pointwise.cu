@@ -16,7 +16,7 @@
 //   d_bias = the column sums of dZ
 // (the GEMMs for d_weights, d_old_h and d_input follow in cuBLAS). The
 // cell's math of one element is cell_forward and cell_backward
-// (lltm_device.h), shared by every kernel that runs it.
+// (cuda/common/device.h), shared by every kernel that runs it.
 //
 // Each thread handles V adjacent columns of a row, with 16-byte loads and
 // stores where the sizes and the alignment allow (V = 16 / sizeof(T)), else

@@ -3,7 +3,7 @@
 // Forward, in one kernel, with X = [old_h | input] read in place and one
 // warp per (b, s), its lanes splitting the sum over k:
 //   Z_g[b, s] = sum_k X[b, k] W[g * S + s, k] + b[g * S + s],  g = i, o, c
-// then the cell's forward (cell_forward, lltm_device.h: i, o, g, new_cell,
+// then the cell's forward (cell_forward, common/device.h: i, o, g, new_cell,
 // new_h).
 //
 // Backward GEMMs, in one kernel, one thread per output element:

@@ -1,7 +1,7 @@
-// Device helpers shared by the LLTM CUDA kernels (lltm_kernel.cu,
-// lltm_small.cu, lltm_sequence.cu, lltm_step.cu): the cell's math for one
-// element, in the accumulation type; conversions, strided and packed loads
-// and stores; the device's limits; and the list of storage types.
+// Device helpers shared by the LLTM CUDA kernels (cuda/cell/, cuda/sequence/):
+// the cell's math for one element, in the accumulation type; conversions,
+// strided and packed loads and stores; the device's limits; and the list of
+// storage types.
 #pragma once
 
 #include "cuda/cell/cell.h"

@@ -34,7 +34,7 @@ _PACKED_STATES = "[sum(batch_sizes), state_size]"
 
 
 def _batch_sizes(op: str, batch_sizes: Tensor) -> list[int] | None:
-    """sequence.cpp's check_batch_sizes: the values, where they can be read (not fake)."""
+    """checks.cpp's check_batch_sizes: the values, where they can be read (not fake)."""
     ok = (
         batch_sizes.dim() == 1
         and batch_sizes.dtype == torch.int64
@@ -58,7 +58,7 @@ def _batch_sizes(op: str, batch_sizes: Tensor) -> list[int] | None:
 
 
 def _directions(op: str, weights: Tensor) -> tuple[int, bool]:
-    """sequence.cpp's check_directions: (directions, whether the arguments carry them)."""
+    """checks.cpp's check_directions: (directions, whether the arguments carry them)."""
     got = f"a {weights.dim()}-D tensor of shape {_shape_str(weights.shape)}"
     want = f"weights to be a 2-D tensor {_WEIGHTS} or a 3-D tensor {_DIR_WEIGHTS}"
     _expect(torch._check_value, weights.dim() in (2, 3), op, want, got)
@@ -121,7 +121,7 @@ def _sequence_sizes(
 
 
 class _Sequence:
-    """A sequence op's problem, as sequence.cpp's checks find it."""
+    """A sequence op's problem, as checks.cpp's checks find it."""
 
     def __init__(
         self,

@@ -82,7 +82,7 @@ void cuda_for_each_direction(
 // A packed batch's segments take a launch (or a cooperative launch) each,
 // the host's few microseconds: where its batch shrinks every few steps, a
 // segment lasts at least 1/16 of the steps, so that a call runs at most
-// about 16 of them after the first sequence ends (sequence.cpp, "Packed
+// about 16 of them after the first sequence ends (segments.h, "Packed
 // batches", and docs/performance.md).
 constexpr int64_t kSegments = 16;
 

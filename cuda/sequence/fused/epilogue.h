@@ -86,7 +86,7 @@ __device__ __forceinline__ void over_chunks(
 // sums: P_t and the bias of the three gates, and c_{t-1}. No other block
 // writes them, so the cooperative kernels load them before the barrier
 // between steps, and keep them as stored until the epilogue widens them
-// (stored_element in lltm_device.h says why).
+// (stored_element in cuda/common/device.h says why).
 template <typename T>
 struct ForwardEpilogueInputs {
   T p[3], bias[3], c;

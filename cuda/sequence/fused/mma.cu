@@ -1,5 +1,5 @@
 // Fused LLTM sequence steps on tensor cores, for float16 and bfloat16: the
-// steps of lltm_step.cu, with the recurrent GEMM in 16 x 16 x 16 WMMA
+// steps of held.cu, with the recurrent GEMM in 16 x 16 x 16 WMMA
 // fragments that accumulate in float.
 //
 // Forward, step t (z holds P_t = input_t W_x^T on entry):
@@ -72,7 +72,7 @@ constexpr int epilogue_items = (P::BM * P::BN + P::threads - 1) / P::threads;
 
 // Whether the cooperative kernels of tile P load the epilogue's inputs
 // before the barrier, while other blocks finish the step before (as the
-// held kernels of lltm_step.cu do): where a thread's items are few enough
+// held kernels of held.cu do): where a thread's items are few enough
 // to wait in registers, the smallest tiles, which the small batches take.
 // There a step is a chain of round trips to memory, and this takes one off.
 template <typename P>
@@ -414,7 +414,7 @@ __device__ __forceinline__ void prefetching_steps(
       });
 }
 
-// Every step in one cooperative launch (run_steps, lltm_step.h).
+// Every step in one cooperative launch (run_steps, steps.h).
 template <typename T, typename P, int V>
 __global__ void __launch_bounds__(P::threads, P::resident)
     fused_forward_mma_kernel(const FusedForwardArgs<T> a, unsigned* arrivals) {
@@ -449,7 +449,7 @@ __global__ void __launch_bounds__(P::threads, P::resident)
 }
 
 // The tiles, from small to large: <16-row tiles, 16-column tiles, groups
-// over k, chunk>. As in lltm_step.cu, a launch takes the largest that still
+// over k, chunk>. As in held.cu, a launch takes the largest that still
 // fills every multiprocessor, or the smallest. At the small batches that
 // take it a step is a chain of round trips to memory, one per round of
 // chunks, so the smallest splits k the most: 8 groups in the forward (a

@@ -345,7 +345,7 @@ __device__ __forceinline__ void every_step(
 }
 
 // Whether the steps of T run on this device's tensor cores
-// (lltm_step_mma.cu): float16 from sm_70, bfloat16 from sm_80.
+// (mma.cu): float16 from sm_70, bfloat16 from sm_80.
 template <typename T>
 bool step_mma_runs(const DeviceLimits& limits) {
   if constexpr (std::is_same_v<T, __half>) {

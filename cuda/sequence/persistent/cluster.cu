@@ -21,7 +21,7 @@ namespace {
 // tile (plan_cluster: a block's items set a step's time), the blocks pass
 // h_t (dZ_t) to each other through distributed shared memory, not L2, and
 // no step waits at a grid's barrier or a cluster's: each block waits for
-// the bytes of its own tile (the exchange, lltm_cluster.h). The tile is
+// the bytes of its own tile (the exchange, cluster.h). The tile is
 // double-buffered: a step reads buffer t % 2 while the blocks write the next
 // step's into the other one. A thread keeps its item's cell state (dc in the
 // backward), its bias and the next step's inputs in registers, and loads

@@ -1,5 +1,5 @@
 // The persistent LLTM sequence kernels in one thread-block cluster (sm_90
-// on), on tensor cores, for float16 and bfloat16: lltm_sequence.cu's
+// on), on tensor cores, for float16 and bfloat16: cluster.cu's
 // cluster kernels with the recurrent product in mma.sync m16n8k16
 // fragments that accumulate in float.
 //
