@@ -107,6 +107,18 @@ _KINETO_LOG = re.compile(r"^(USDT|STAGE|INFO|VERBOSE):\d{4}-\d\d-\d\d .*\.cpp:\d
 def profiler_logs_hidden() -> Iterator[None]:
     """Keep torch.profiler's log lines (``USDT: ... profiler_start``) out of stderr.
 
+    Some torch releases also warn, once, that a cycle's events are cleared:
+    each profile here is one cycle, read whole, so that warning is dropped too.
+    """
+    with warnings.catch_warnings(), _kineto_lines_hidden():
+        warnings.filterwarnings("ignore", "Profiler clears events", UserWarning)
+        yield
+
+
+@contextlib.contextmanager
+def _kineto_lines_hidden() -> Iterator[None]:
+    """Keep kineto's log lines out of stderr.
+
     kineto writes them from C++ to file descriptor 2 at each profiler start
     and stop, at a level its Python API cannot set: the descriptor goes to a
     temporary file for the calls inside, and every other line is written back.
@@ -132,18 +144,6 @@ def profiler_logs_hidden() -> Iterator[None]:
                 sys.stderr.flush()
 
 
-@contextlib.contextmanager
-def _quiet_profiler() -> Iterator[None]:
-    """Start or stop the profiler without its log lines or its warnings.
-
-    Some torch releases warn that a cycle's events are cleared: this profile
-    is one cycle, read whole.
-    """
-    with profiler_logs_hidden(), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Profiler clears events", UserWarning)
-        yield
-
-
 def paths_that_ran(fn: Callable[[], object]) -> PathsThatRan:
     """Run ``fn()`` once under ``torch.profiler`` and name the plans it ran.
 
@@ -159,12 +159,12 @@ def paths_that_ran(fn: Callable[[], object]) -> PathsThatRan:
         {'forward': ['fused'], 'backward': ['fused'], 'cell': [], 'cell_backward': []}
     """
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-    with _quiet_profiler():
+    with profiler_logs_hidden():
         prof.start()
     try:
         fn()
     finally:
-        with _quiet_profiler():
+        with profiler_logs_hidden():
             prof.stop()
     ran: dict[str, list[str]] = {kind: [] for kind in _RANGES.values()}
     for event in sorted(prof.events(), key=lambda e: e.time_range.start):
