@@ -118,10 +118,11 @@ def test_cuda_cluster_forward_on_tensor_cores_alone(
     not, so only the inference forward runs there, saving nothing.
     """
     set_device_path(monkeypatch, "cuda", "cluster")
-    args = make_sequence(3, 32, 4, 512, device="cuda", dtype=dtype, requires_grad=False)
+    shape = (3, 32, 4, 512)
+    args = make_sequence(*shape, device="cuda", dtype=dtype, requires_grad=False)
     ran = lltm.paths_that_ran(lambda: lltm.lltm_sequence(*args))
     assert ran["forward"] == ["cluster/mma"]
-    backward, _ = plan_or_reason("cluster", "cuda", dtype, (3, 32, 4, 512), backward=True)
+    backward, _ = plan_or_reason("cluster", "cuda", dtype, shape, backward=True)
     assert backward != "cluster/mma"
     got = lltm.lltm_sequence(*args)
     want = lltm_sequence_reference(*[a.double().cpu() for a in args])
