@@ -8,7 +8,6 @@
 #include <c10/util/irange.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -37,18 +36,14 @@ int64_t power_of_two_at_least(int64_t n) {
 // F=32|S=128" (the disk cache's key, lltm/tuning.py).
 std::string key_of(const Engine& engine, const Block& block) {
   Sizes sizes = block.sizes;
-  std::string threads;
-  if (engine.measures) {
-    if (sizes.steps > kStepsTimed) {
-      sizes.steps = power_of_two_at_least(sizes.steps);
-    }
-    sizes.batch = power_of_two_at_least(sizes.batch);
-    threads = "|threads=" + std::to_string(engine.threads());
+  if (sizes.steps > kStepsTimed) {
+    sizes.steps = power_of_two_at_least(sizes.steps);
   }
+  sizes.batch = power_of_two_at_least(sizes.batch);
   const char* mode =
       block.backward ? "backward" : (block.save ? "forward" : "inference");
   return std::string(c10::DeviceTypeName(engine.device, /*lower_case=*/true)) +
-      "|" + c10::toString(block.dtype) + "|" + mode + threads +
+      "|" + c10::toString(block.dtype) + "|" + mode + "|" + engine.context() +
       "|T=" + std::to_string(sizes.steps) +
       "|B=" + std::to_string(sizes.batch) +
       "|F=" + std::to_string(sizes.input_features) +
@@ -116,29 +111,33 @@ std::optional<Plan> plan_of(
   return plan;
 }
 
-// The first plan of a path by rank whose window holds: the rules of a
-// device that does not measure.
-Plan by_rule(const Engine& engine, const Block& block) {
-  std::string why_not;
-  for (const Path* path : paths(engine.device)) {
-    if (path->window != nullptr && !path->window(block)) {
-      continue;
-    }
-    if (std::optional<Plan> plan = plan_of(*path, block, &why_not)) {
-      return std::move(*plan);
+// Whether any path of the device has a model (Path::estimate_us).
+bool has_model(c10::DeviceType device) {
+  const auto all = paths(device);
+  return std::any_of(all.begin(), all.end(), [](const Path* path) {
+    return path->estimate_us != nullptr;
+  });
+}
+
+// The first of `plans` (one per path that can run the block, by rank) whose
+// path's window holds: the device's rules.
+size_t by_rule(const Block& block, const std::vector<Plan>& plans) {
+  for (const auto i : c10::irange(plans.size())) {
+    const Path& path = *plans[i].path;
+    if (path.window == nullptr || path.window(block)) {
+      return i;
     }
   }
   TORCH_INTERNAL_ASSERT(
-      false,
-      "no sequence path of the ",
-      engine.device,
-      " runs ",
-      describe(block));
+      false, "no sequence path's window holds ", describe(block));
 }
 
-// The fastest of `plans` (one per path that can run the block), measured or
-// by the model, kept for the block's kind.
-Plan measured(
+// The plan for a block that `plans` (one per path that can run it) offer:
+// the one kept for the block's kind, else the fastest measured, or by the
+// model, kept for the kind; else (inside a CUDA graph's capture, or where
+// measuring is off and the device has no model) by the rules, decided again
+// for each block.
+Plan chosen(
     const Engine& engine,
     const Block& block,
     std::vector<Plan>& plans) {
@@ -146,7 +145,8 @@ Plan measured(
   Table& t = table();
   const std::lock_guard<std::mutex> lock(t.mutex);
   const auto found = t.choices.find(key);
-  if (found != t.choices.end()) {
+  if (found != t.choices.end() && found->second.source != "rules" &&
+      found->second.source != "capture") {
     for (Plan& plan : plans) {
       if (found->second.path == plan.path->name) {
         found->second.plan = plan.name();
@@ -154,9 +154,19 @@ Plan measured(
       }
     }
   }
+  const bool capturing = engine.capturing != nullptr && engine.capturing();
+  const bool measuring = tuning_enabled();
   Choice choice;
+  if (capturing || (!measuring && !has_model(engine.device))) {
+    // A graph's capture can neither time nor wait: the next block of the
+    // kind outside a capture measures.
+    Plan& plan = plans[by_rule(block, plans)];
+    t.choices[key] = Choice{
+        plan.path->name, plan.name(), capturing ? "capture" : "rules", {}};
+    return std::move(plan);
+  }
   std::vector<double> times;
-  if (tuning_enabled()) {
+  if (measuring) {
     choice.source = "measured";
     for (const Plan& plan : plans) {
       times.push_back(time_steps(block.sizes.steps, [&](int64_t steps) {
@@ -199,7 +209,7 @@ bool tuning_enabled() {
       "LLTM_TUNING=",
       std::string(value),
       ": expected 1 (measure the paths at a block's first run) or 0 (choose "
-      "by the model)");
+      "by the model, or by the rules where the device has none)");
   return value[0] == '1';
 }
 
@@ -229,14 +239,6 @@ Plan plan_block(const Engine& engine, const Block& block, const char* op) {
         path_names(engine.device));
     return std::move(*plan);
   }
-  if (!engine.measures) {
-    Plan plan = by_rule(engine, block);
-    Table& t = table();
-    const std::lock_guard<std::mutex> lock(t.mutex);
-    t.choices[key_of(engine, block)] =
-        Choice{plan.path->name, plan.name(), "rules", {}};
-    return plan;
-  }
   std::vector<Plan> plans;
   for (const Path* path : paths(engine.device)) {
     if (std::optional<Plan> plan = plan_of(*path, block, &why_not)) {
@@ -252,7 +254,7 @@ Plan plan_block(const Engine& engine, const Block& block, const char* op) {
   if (plans.size() == 1) {
     return std::move(plans.front());
   }
-  return measured(engine, block, plans);
+  return chosen(engine, block, plans);
 }
 
 std::optional<Plan> plan_for(
@@ -304,16 +306,13 @@ at::Tensor made_up(
       .to(options);
 }
 
-template <typename Run>
-double best_of_three(Run run) {
-  run(); // warm-up: the first run's allocations and packed weights
-  double best = 0;
+// The best of three runs after a warm-up (the first run's allocations and
+// packed weights), on the engine's clock.
+double best_of_three(const Engine& engine, c10::function_ref<void()> run) {
+  run();
+  double best = std::numeric_limits<double>::infinity();
   for (int i = 0; i < 3; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    run();
-    const std::chrono::duration<double, std::micro> took =
-        std::chrono::steady_clock::now() - start;
-    best = i == 0 ? took.count() : std::min(best, took.count());
+    best = std::min(best, engine.time_us(run));
   }
   return best;
 }
@@ -339,7 +338,7 @@ double time_path(const Engine& engine, const Path& path, const Block& block) {
   const at::DisableRecordFunctionGuard unrecorded;
   if (!block.backward) {
     return best_of_three(
-        [&] { run_forward(p, input, in, engine, block.save, op); });
+        engine, [&] { run_forward(p, input, in, engine, block.save, op); });
   }
   const auto [output, h_n, c_n, cells, gates] =
       run_forward(p, input, in, engine, /*save=*/true, op);
@@ -347,7 +346,7 @@ double time_path(const Engine& engine, const Path& path, const Block& block) {
       made_up({T, B, S}, 1.0, options);
   const BackwardInputs back{
       grad_output, std::nullopt, std::nullopt, weights, cells, gates};
-  return best_of_three([&] {
+  return best_of_three(engine, [&] {
     run_backward(
         p, input, h0, output, back, {true, true, true, true, true}, engine);
   });

@@ -3,20 +3,23 @@
 // 1. LLTM_SEQUENCE_PATH, where set to a path of the block's device: that
 //    path's plan, or an error with the path's own reason where it cannot run
 //    the block.
-// 2. Else, where the device measures (the CPU): the choice kept for the
-//    block's kind, else every path that can run it timed on made-up values
-//    (the way torch.backends.cudnn.benchmark does), the fastest kept for the
+// 2. Else the choice kept for the block's kind, else every path that can run
+//    it timed on made-up values (the way torch.backends.cudnn.benchmark
+//    does; CUDA with events on the current stream), the fastest kept for the
 //    process; where measuring is off (LLTM_TUNING=0), the paths' model.
-// 3. Else (CUDA, until it measures): the first path of the table whose
-//    window holds and whose plan runs the block: the device's rules.
+// 3. Else, inside a CUDA graph's capture (which cannot be timed), or where
+//    measuring is off and the device has no model (CUDA): the first path of
+//    the table whose window holds and whose plan runs the block, the device's
+//    rules, decided again for each block.
 //
-// A kind of block is its Key: the device, the dtype, the direction of
-// autograd, whether the forward saves, and its sizes; where the device
-// measures, also the threads it has, with the steps past 32 and the batch in
-// buckets (each shares the power of two at or above it), so that the
-// segments of a packed batch share a few choices. Within a process a key
-// keeps its measured choice from its first block on, so that results stay
-// bitwise repeatable; lltm/tuning.py keeps the measured choices on disk.
+// A kind of block is its key: the device, the dtype, the direction of
+// autograd, whether the forward saves, what the device's measure depends on
+// (the CPU's threads, the GPU's name), and its sizes, with the steps past 32
+// and the batch in buckets (each shares the power of two at or above it), so
+// that the segments of a packed batch share a few choices. Within a process
+// a key keeps its measured choice from its first block on, so that results
+// stay bitwise repeatable; lltm/tuning.py keeps the measured choices on
+// disk.
 #pragma once
 
 #include "cpp/sequence/path.h"
@@ -57,8 +60,8 @@ struct Choice {
   std::string path;
   // The plan of the key's last block ("fused/held").
   std::string plan;
-  // "measured", "model", "rules", or "cache" (from disk, through
-  // lltm/tuning.py).
+  // "measured", "model", "rules", "capture" (the rules, inside a CUDA
+  // graph's capture), or "cache" (from disk, through lltm/tuning.py).
   std::string source;
   // Microseconds per candidate for "measured", the model's estimate for
   // "model".

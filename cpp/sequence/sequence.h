@@ -59,6 +59,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -227,13 +228,15 @@ constexpr size_t kScratchSlots = 4;
 // What a device brings to the ops besides its paths (path.h).
 struct Engine {
   c10::DeviceType device;
-  // How auto chooses among the paths that can run a block (choice.h): by
-  // measuring them, or, where the device has no measuring yet, by the
-  // paths' windows, in the order of its table.
-  bool measures;
-  // The threads a block's steps run on, for a measured choice's key
-  // (nullptr where the device does not measure).
-  int64_t (*threads)();
+  // What a measured choice depends on besides the block, for its key
+  // ("threads=2", "gpu=NVIDIA H200").
+  std::string (*context)();
+  // The microseconds run() takes on this device: the CPU's steady clock;
+  // CUDA's events on the current stream, waited for.
+  double (*time_us)(c10::function_ref<void()> run);
+  // Whether a launch now would be captured into a CUDA graph, where nothing
+  // is measured (nullptr: never).
+  bool (*capturing)();
   // Runs body(d) for each direction d < directions, at once where the
   // backend can (CUDA: a second stream; the CPU: a thread each, where that
   // pays at these sizes), and returns once all have run.

@@ -71,8 +71,8 @@ def plan(
 ) -> str:
     """The plan that runs a block of these sizes on ``path`` (``"auto"``: the choice's).
 
-    The choice of ``"auto"`` is the ops' own: it measures the paths where the
-    device does (and keeps the result), as the block's first run would.
+    The choice of ``"auto"`` is the ops' own: it measures the paths (and keeps
+    the result), as the block's first run would.
 
     Raises:
         ValueError: ``path`` names no path of the device.

@@ -6,11 +6,14 @@ sizes in buckets) gets one path per process, chosen at its first block:
 1. ``LLTM_SEQUENCE_PATH`` where set: that path of the block's device
    (:func:`lltm.sequence_paths`), or an error saying why it cannot run it;
 2. else a choice kept from an earlier process (this module's cache);
-3. else, where the device measures (the CPU), the fastest path measured on a
-   block of these sizes (``LLTM_TUNING=1``, the default) or the one a cost
-   model fitted to measurements expects to be fastest (``LLTM_TUNING=0``);
-   on CUDA, which does not measure yet, the first path of its table whose
-   rules (its window of sizes) take the block, chosen again for each block.
+3. else the fastest path measured on a block of these sizes
+   (``LLTM_TUNING=1``, the default; CUDA times with events on the current
+   stream) or, with ``LLTM_TUNING=0``, the one a cost model fitted to
+   measurements expects to be fastest (the CPU) or the first path of the
+   table whose rules (its window of sizes) take the block (CUDA);
+4. inside a CUDA graph's capture, where nothing can be timed, a kept choice,
+   else the rules for that block (``source`` ``"capture"``): the next block of
+   the kind outside a capture measures.
 
 Measured choices are kept in ``$LLTM_CACHE_DIR`` (default
 ``~/.cache/lltm``; empty: not kept), one file per machine, lltm version and
@@ -45,12 +48,14 @@ _FORMAT = 1
 class PathChoice(TypedDict):
     """One kind of block and its path.
 
-    ``key`` names the kind (``cpu|Float|inference|threads=2|T=64|B=16|F=32|S=128``:
-    on the CPU, steps past 32 and batches share the power of two at or above
-    them); ``path`` is the path, ``plan`` the plan of the kind's last block
-    (``"fused/held"``); ``source`` is ``"measured"``, ``"model"``, ``"rules"``
-    or ``"cache"`` (from disk); ``times_us`` the microseconds each candidate
-    took (or the model's estimate) for a block of that kind.
+    ``key`` names the kind (``cpu|Float|inference|threads=2|T=64|B=16|F=32|S=128``,
+    ``cuda|Half|backward|gpu=NVIDIA H200|T=512|B=64|F=32|S=256``: steps past
+    32 and batches share the power of two at or above them); ``path`` is the
+    path, ``plan`` the plan of the kind's last block (``"fused/held"``);
+    ``source`` is ``"measured"``, ``"model"``, ``"rules"``, ``"capture"`` (the
+    rules, inside a CUDA graph's capture) or ``"cache"`` (from disk);
+    ``times_us`` the microseconds each candidate took (or the model's
+    estimate) for a block of that kind.
     """
 
     key: str

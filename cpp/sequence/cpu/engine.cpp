@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <string>
 
 namespace lltm::sequence {
 namespace {
@@ -21,6 +23,18 @@ namespace {
 // A direction on a thread of its own runs its steps on that thread.
 int64_t cpu_threads() {
   return at::in_parallel_region() ? 1 : at::get_num_threads();
+}
+
+std::string cpu_context() {
+  return "threads=" + std::to_string(cpu_threads());
+}
+
+double cpu_time_us(c10::function_ref<void()> run) {
+  const auto start = std::chrono::steady_clock::now();
+  run();
+  const std::chrono::duration<double, std::micro> took =
+      std::chrono::steady_clock::now() - start;
+  return took.count();
 }
 
 // The two directions on a thread each, where there are threads to spare or
@@ -96,8 +110,9 @@ at::Tensor cpu_scratch(
 
 constexpr Engine kCpuEngine{
     c10::DeviceType::CPU,
-    /*measures=*/true,
-    &cpu_threads,
+    &cpu_context,
+    &cpu_time_us,
+    /*capturing=*/nullptr,
     &cpu_for_each_direction,
     &cpu_min_segment_steps,
     &cpu_indices,

@@ -10,12 +10,16 @@
 
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 
 namespace lltm::sequence {
 namespace {
@@ -106,6 +110,54 @@ at::Tensor cuda_indices(std::vector<int64_t>&& values, c10::Device device) {
   return host.to(device, /*non_blocking=*/true);
 }
 
+// The current GPU's name: a choice measured on one kind of GPU is not
+// another's. Asked once per device (the runtime's query takes a while).
+std::string cuda_context() {
+  const c10::DeviceIndex device = c10::cuda::current_device();
+  static std::mutex mutex;
+  static std::unordered_map<c10::DeviceIndex, std::string> names;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto [it, added] = names.try_emplace(device);
+  if (added) {
+    cudaDeviceProp properties{};
+    C10_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+    it->second = std::string("gpu=") + properties.name;
+  }
+  return it->second;
+}
+
+// Between two events on the current stream, so that the time is the GPU's
+// with the host's gaps between launches in it; events made for the run and
+// let go also when it throws.
+double cuda_time_us(c10::function_ref<void()> run) {
+  struct Events {
+    cudaEvent_t start = nullptr;
+    cudaEvent_t stop = nullptr;
+    ~Events() {
+      for (cudaEvent_t event : {start, stop}) {
+        if (event != nullptr) {
+          C10_CUDA_CHECK_WARN(cudaEventDestroy(event));
+        }
+      }
+    }
+  } events;
+  C10_CUDA_CHECK(cudaEventCreate(&events.start));
+  C10_CUDA_CHECK(cudaEventCreate(&events.stop));
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  C10_CUDA_CHECK(cudaEventRecord(events.start, stream));
+  run();
+  C10_CUDA_CHECK(cudaEventRecord(events.stop, stream));
+  C10_CUDA_CHECK(cudaEventSynchronize(events.stop));
+  float ms = 0;
+  C10_CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
+  return 1e3 * static_cast<double>(ms);
+}
+
+bool cuda_capturing() {
+  return c10::cuda::currentStreamCaptureStatusMayInitCtx() !=
+      c10::cuda::CaptureStatus::None;
+}
+
 // The caching allocator keeps freed blocks for the stream: nothing to keep.
 at::Tensor cuda_scratch(
     Scratch /*slot*/,
@@ -114,11 +166,11 @@ at::Tensor cuda_scratch(
   return at::empty(sizes, options);
 }
 
-// CUDA chooses by its paths' windows until it measures.
 constexpr Engine kCudaEngine{
     c10::DeviceType::CUDA,
-    /*measures=*/false,
-    nullptr,
+    &cuda_context,
+    &cuda_time_us,
+    &cuda_capturing,
     &cuda_for_each_direction,
     &cuda_min_segment_steps,
     &cuda_indices,

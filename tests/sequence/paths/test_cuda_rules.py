@@ -1,6 +1,7 @@
-"""auto's rules on CUDA: the paths' windows, a size on each side of each threshold.
+"""CUDA's rules: the paths' windows, a size on each side of each threshold.
 
-CUDA does not measure yet: auto takes the first path of its table (cluster,
+Where CUDA does not measure (LLTM_TUNING=0, and inside a graph's capture
+without a kept choice), auto takes the first path of its table (cluster,
 persistent, fused, steps) whose window holds and whose plan runs the block.
 The windows are restated here with their constants (cpp/sequence/cuda/): a
 constant moved by a size fails this test. What the GPU decides (whether a
@@ -8,6 +9,8 @@ plan runs, a cluster's tile) comes from lltm.paths.plan.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -23,7 +26,17 @@ from sequences import (
     with_grads,
 )
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("_rules")]
+
+
+@pytest.fixture
+def _rules(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No measuring, and no measured choice kept from another test."""
+    monkeypatch.setenv("LLTM_TUNING", "0")
+    lltm.clear_path_choices()
+    yield
+    lltm.clear_path_choices()
+
 
 # cluster.cpp
 CLUSTER_MMA_MOST_FRAGMENTS = 512
@@ -166,11 +179,11 @@ def test_auto_takes_the_path_its_rules_give(
 
 
 def test_auto_reports_its_rules_in_path_choices() -> None:
-    lltm.clear_path_choices()
     args = make_sequence(3, 8, 4, 128, device="cuda", dtype=torch.float32)
     forward, _ = plans_that_ran(args)
     choices = [c for c in lltm.path_choices() if c["key"].startswith("cuda|")]
     assert {c["source"] for c in choices} == {"rules"}
     forward_choice = next(c for c in choices if "|forward|" in c["key"])
-    assert forward_choice["key"] == "cuda|Float|forward|T=3|B=8|F=4|S=128"
+    gpu = torch.cuda.get_device_name()
+    assert forward_choice["key"] == f"cuda|Float|forward|gpu={gpu}|T=3|B=8|F=4|S=128"
     assert [forward_choice["plan"]] == forward
