@@ -242,8 +242,18 @@ cudaError_t cluster_blocks(const DeviceLimits& limits, int threads, int* out) {
     return cudaSuccess;
   }
   int blocks = 0;
+  const auto* kernel = reinterpret_cast<const void*>(Kernel);
+  // The code the device runs, not only the device: a build for sm_80 with
+  // PTX runs on an sm_90 GPU, JIT-compiled for sm_80's features, where the
+  // kernel is a stub.
+  cudaFuncAttributes compiled{};
   if (limits.capability >= 90) {
-    const auto* kernel = reinterpret_cast<const void*>(Kernel);
+    if (const cudaError_t status = cudaFuncGetAttributes(&compiled, kernel);
+        status != cudaSuccess) {
+      return status;
+    }
+  }
+  if (limits.capability >= 90 && compiled.ptxVersion >= 90) {
     cudaError_t status = cudaFuncSetAttribute(
         kernel,
         cudaFuncAttributeMaxDynamicSharedMemorySize,
