@@ -148,6 +148,13 @@ def test_blocks_of_another_path_make_a_forced_variant_n_a() -> None:
     assert seq_run._not_forced(None, ran) is None
     assert seq_run._not_forced("onednn", {"forward": ["onednn"], "backward": []}) is None
     assert seq_run._not_forced("onednn", {"forward": [], "backward": []}) is None
+    # Plans of the forced path (CUDA's variants) are that path's.
+    plans: lltm.PathsThatRan = {"forward": ["cluster/simt/28x16"], "backward": ["cluster/mma"]}
+    assert seq_run._not_forced("cluster", plans) is None
+    assert seq_run._not_forced("fused", plans) == (
+        "LLTM_SEQUENCE_PATH=fused, but blocks ran cluster/mma, cluster/simt/28x16: the fused path "
+        "does not run these sizes and dtype here"
+    )
     assert seq_run._not_forced("onednn", ran) == (
         "LLTM_SEQUENCE_PATH=onednn, but blocks ran steps: the onednn path does not run these "
         "sizes and dtype here"

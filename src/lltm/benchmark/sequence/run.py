@@ -73,7 +73,8 @@ def _not_forced(path: str | None, ran: lltm.PathsThatRan) -> str | None:
     The op may leave a block that the forced path cannot run to its usual
     choice: its time is then not the forced path's.
     """
-    others = sorted({p for p in ran["forward"] + ran["backward"] if p != path})
+    # A plan is named after its path: "cluster/simt/28x16" is the cluster's.
+    others = sorted({p for p in ran["forward"] + ran["backward"] if p.split("/")[0] != path})
     if path is None or not others:
         return None
     return (
