@@ -18,11 +18,11 @@
 namespace lltm::sequence::choice {
 namespace {
 
-// Blocks of up to this many steps are timed as they are; longer ones share
-// a choice per power of two, extrapolated from this many steps and a
-// quarter of them: far enough apart that a call's own costs, which vary
-// from run to run (packing W_h into fresh memory), cancel out.
-constexpr int64_t kStepsTimed = 32;
+// Blocks of up to engine.steps_timed steps are timed as they are; longer
+// ones share a choice per power of two, extrapolated from that many steps
+// and a quarter of them: far enough apart that a call's own costs, which
+// vary from run to run (packing W_h into fresh memory, the host's launches),
+// cancel out.
 
 int64_t power_of_two_at_least(int64_t n) {
   int64_t p = 1;
@@ -36,7 +36,7 @@ int64_t power_of_two_at_least(int64_t n) {
 // F=32|S=128" (the disk cache's key, lltm/tuning.py).
 std::string key_of(const Engine& engine, const Block& block) {
   Sizes sizes = block.sizes;
-  if (sizes.steps > kStepsTimed) {
+  if (sizes.steps > engine.steps_timed) {
     sizes.steps = power_of_two_at_least(sizes.steps);
   }
   sizes.batch = power_of_two_at_least(sizes.batch);
@@ -169,11 +169,12 @@ Plan chosen(
   if (measuring) {
     choice.source = "measured";
     for (const Plan& plan : plans) {
-      times.push_back(time_steps(block.sizes.steps, [&](int64_t steps) {
-        Block timed = block;
-        timed.sizes.steps = steps;
-        return time_path(engine, *plan.path, timed);
-      }));
+      times.push_back(
+          time_steps(block.sizes.steps, engine.steps_timed, [&](int64_t steps) {
+            Block timed = block;
+            timed.sizes.steps = steps;
+            return time_path(engine, *plan.path, timed);
+          }));
     }
   } else {
     choice.source = "model";
@@ -277,16 +278,19 @@ std::optional<Plan> plan_for(
   return plan_of(*path, block, why_not);
 }
 
-double time_steps(int64_t steps, c10::function_ref<double(int64_t)> time) {
-  if (steps <= kStepsTimed) {
+double time_steps(
+    int64_t steps,
+    int64_t timed,
+    c10::function_ref<double(int64_t)> time) {
+  if (steps <= timed) {
     return time(steps);
   }
-  constexpr int64_t kFew = kStepsTimed / 4;
-  const double few = time(kFew);
-  const double many = time(kStepsTimed);
+  const int64_t few = timed / 4;
+  const double at_few = time(few);
+  const double at_timed = time(timed);
   const double per_step =
-      std::max(0.0, (many - few) / static_cast<double>(kStepsTimed - kFew));
-  return few + per_step * static_cast<double>(steps - kFew);
+      std::max(0.0, (at_timed - at_few) / static_cast<double>(timed - few));
+  return at_few + per_step * static_cast<double>(steps - few);
 }
 
 namespace {

@@ -14,12 +14,12 @@
 //
 // A kind of block is its key: the device, the dtype, the direction of
 // autograd, whether the forward saves, what the device's measure depends on
-// (the CPU's threads, the GPU's name), and its sizes, with the steps past 32
-// and the batch in buckets (each shares the power of two at or above it), so
-// that the segments of a packed batch share a few choices. Within a process
-// a key keeps its measured choice from its first block on, so that results
-// stay bitwise repeatable; lltm/tuning.py keeps the measured choices on
-// disk.
+// (the CPU's threads, the GPU's name), and its sizes, with the steps past the
+// engine's steps_timed and the batch in buckets (each shares the power of two
+// at or above it), so that the segments of a packed batch share a few choices.
+// Within a process a key keeps its measured choice from its first block on, so
+// that results stay bitwise repeatable; lltm/tuning.py keeps the measured
+// choices on disk.
 #pragma once
 
 #include "cpp/sequence/path.h"
@@ -46,9 +46,13 @@ std::optional<Plan> plan_for(
     std::string* why_not);
 
 // A block of `steps` steps' microseconds from time(n), the microseconds of
-// n steps: timed as it is up to 32 steps, else extrapolated from 8 and 32
-// (a call's fixed costs, such as packing W_h, and a cost per step).
-double time_steps(int64_t steps, c10::function_ref<double(int64_t)> time);
+// n steps: timed as it is up to `timed` steps, else extrapolated from
+// timed / 4 and `timed` (a call's fixed costs, such as packing W_h, and a
+// cost per step).
+double time_steps(
+    int64_t steps,
+    int64_t timed,
+    c10::function_ref<double(int64_t)> time);
 
 // Microseconds that `path` takes over a block of made-up values (not from
 // torch's generator) on `engine`'s device, the op's work around the block

@@ -234,6 +234,10 @@ struct Engine {
   // The microseconds run() takes on this device: the CPU's steady clock;
   // CUDA's events on the current stream, waited for.
   double (*time_us)(c10::function_ref<void()> run);
+  // The most steps a measured block runs (longer ones are extrapolated from
+  // this many and a quarter of them): enough that the cost per step stands
+  // out of the run-to-run noise of the fixed costs.
+  int64_t steps_timed;
   // Whether a launch now would be captured into a CUDA graph, where nothing
   // is measured (nullptr: never).
   bool (*capturing)();

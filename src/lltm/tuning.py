@@ -50,7 +50,8 @@ class PathChoice(TypedDict):
 
     ``key`` names the kind (``cpu|Float|inference|threads=2|T=64|B=16|F=32|S=128``,
     ``cuda|Half|backward|gpu=NVIDIA H200|T=512|B=64|F=32|S=256``: steps past
-    32 and batches share the power of two at or above them); ``path`` is the
+    32 on the CPU, 128 on CUDA, and batches share the power of two at or above
+    them); ``path`` is the
     path, ``plan`` the plan of the kind's last block (``"fused/held"``);
     ``source`` is ``"measured"``, ``"model"``, ``"rules"``, ``"capture"`` (the
     rules, inside a CUDA graph's capture) or ``"cache"`` (from disk);

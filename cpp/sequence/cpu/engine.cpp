@@ -112,6 +112,7 @@ constexpr Engine kCpuEngine{
     c10::DeviceType::CPU,
     &cpu_context,
     &cpu_time_us,
+    /*steps_timed=*/32,
     /*capturing=*/nullptr,
     &cpu_for_each_direction,
     &cpu_min_segment_steps,

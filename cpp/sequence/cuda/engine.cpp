@@ -170,6 +170,9 @@ constexpr Engine kCudaEngine{
     c10::DeviceType::CUDA,
     &cuda_context,
     &cuda_time_us,
+    // A step of a small block takes a few microseconds, as much as the
+    // host's jitter over a call: 32 steps left the slope to noise.
+    /*steps_timed=*/128,
     &cuda_capturing,
     &cuda_for_each_direction,
     &cuda_min_segment_steps,
