@@ -158,16 +158,20 @@ def paths_that_ran(fn: Callable[[], object]) -> PathsThatRan:
         >>> paths_that_ran(lambda: layer(torch.randn(16, 4, 32))[0].sum().backward())
         {'forward': ['fused'], 'backward': ['fused'], 'cell': [], 'cell_backward': []}
     """
-    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    # Every step of the profiler's own, not fn(), under the filter: which
+    # step warns moves between torch releases.
     with profiler_logs_hidden():
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
         prof.start()
     try:
         fn()
     finally:
         with profiler_logs_hidden():
             prof.stop()
+    with profiler_logs_hidden():
+        events = sorted(prof.events(), key=lambda e: e.time_range.start)
     ran: dict[str, list[str]] = {kind: [] for kind in _RANGES.values()}
-    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+    for event in events:
         for prefix, kind in _RANGES.items():
             if event.name.startswith(prefix):
                 ran[kind].append(event.name[len(prefix) :])
