@@ -111,7 +111,8 @@ def profiler_logs_hidden() -> Iterator[None]:
     each profile here is one cycle, read whole, so that warning is dropped too.
     """
     with warnings.catch_warnings(), _kineto_lines_hidden():
-        warnings.filterwarnings("ignore", "Profiler clears events", UserWarning)
+        # The message may open with "Warning: "; the filter matches from its start.
+        warnings.filterwarnings("ignore", ".*Profiler clears events", UserWarning)
         yield
 
 
