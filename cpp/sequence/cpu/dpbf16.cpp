@@ -173,11 +173,11 @@ std::optional<Plan> plan(const Block& block, std::string* why_not) {
   return Plan{};
 }
 
-// Fitted by scripts/fit_cpu_paths.py (cpu/model.h).
+// Fitted by scripts/fit_cpu_paths.py --dtype bfloat16 (cpu/model.h).
 constexpr Costs kCosts{
-    {1500.0, 1.85, 4000.0, 15649.2},
-    {1500.0, 1.19, 4500.0, 19552.6},
-    {1500.0, 2.85, 9000.0, 31038.8}};
+    {267.5, 1.77, 9684.9, 6782.7},
+    {118.0, 1.96, 10481.3, 6769.9},
+    {1466.4, 2.84, 18576.4, 13456.0}};
 
 double estimate(const Block& block) {
   return estimate_us(kCosts, block);
