@@ -19,7 +19,8 @@
 // other sources, and its inline functions from headers (c10, the standard
 // library) stay those of the default target, so no code outside these
 // kernels can run an AVX-512 copy (cmake/LltmCpuKernels.cmake says why that
-// matters). bf16::available() guards every call.
+// matters). They are reached only through bf16::kernels(), which is
+// nullptr where the processor lacks them.
 #include "cpp/cpu_kernels/bf16.h"
 
 #include <ATen/Version.h>
@@ -58,18 +59,21 @@ void pack_forward(
     int64_t panel_end) {
   const int64_t S = state;
   const int64_t pairs = (S + 1) / 2;
+  constexpr int64_t kPairStride = 3 * kPanelWidth * 2;
   for (int64_t p = panel_begin; p < panel_end; ++p) {
-    BFloat16* o = out + p * pairs * 3 * kPanelWidth * 2;
-    for (int64_t kk = 0; kk < pairs; ++kk) {
-      for (int64_t g = 0; g < 3; ++g) {
-        for (int64_t j = 0; j < kPanelWidth; ++j) {
-          const int64_t unit = p * kPanelWidth + j;
-          for (int64_t e = 0; e < 2; ++e) {
-            const int64_t k = 2 * kk + e;
-            *o++ = unit < S && k < S
-                ? w[(g * S + unit) * row_stride + k * col_stride]
-                : BFloat16(0.0f);
-          }
+    BFloat16* o = out + p * pairs * kPairStride;
+    const int64_t units = std::min(kPanelWidth, S - p * kPanelWidth);
+    if (units < kPanelWidth || S % 2 != 0) {
+      std::fill(o, o + pairs * kPairStride, BFloat16(0.0f));
+    }
+    // W_h's rows in order, each read once along k: a panel's slice of the
+    // output stays in cache while its rows are scattered into it.
+    for (int64_t g = 0; g < 3; ++g) {
+      for (int64_t j = 0; j < units; ++j) {
+        const BFloat16* row = w + (g * S + p * kPanelWidth + j) * row_stride;
+        BFloat16* dst = o + (g * kPanelWidth + j) * 2;
+        for (int64_t k = 0; k < S; ++k) {
+          dst[(k / 2) * kPairStride + k % 2] = row[k * col_stride];
         }
       }
     }
@@ -102,14 +106,6 @@ void pack_backward(
 }
 
 #ifdef LLTM_HAVE_BF16_KERNELS
-
-bool available() {
-  // ATen's capability first: ATEN_CPU_CAPABILITY=avx2 turns these off as
-  // it turns off ATen's and lltm's AVX-512 kernels.
-  static const bool ok = at::get_cpu_capability() == "AVX512" &&
-      __builtin_cpu_supports("avx512bf16");
-  return ok;
-}
 
 namespace {
 
@@ -412,8 +408,6 @@ LLTM_BF16_TARGET void run_tasks(const Args& a, int64_t begin, int64_t end) {
   }
 }
 
-} // namespace
-
 LLTM_BF16_TARGET void step(const StepArgs& args, int64_t begin, int64_t end) {
   run_tasks<kBlockRows>(args, begin, end);
 }
@@ -425,18 +419,23 @@ LLTM_BF16_TARGET void backward_step(
   run_tasks<kBackwardBlockRows>(args, begin, end);
 }
 
-#else
+constexpr Kernels kKernels{&step, &backward_step};
 
-bool available() {
-  return false;
+} // namespace
+
+const Kernels* kernels() {
+  // ATen's capability first: ATEN_CPU_CAPABILITY=avx2 turns these off as
+  // it turns off ATen's and lltm's AVX-512 kernels.
+  static const bool ok = at::get_cpu_capability() == "AVX512" &&
+      __builtin_cpu_supports("avx512bf16");
+  return ok ? &kKernels : nullptr;
 }
 
-void step(const StepArgs& /*args*/, int64_t /*begin*/, int64_t /*end*/) {}
+#else
 
-void backward_step(
-    const BackwardStepArgs& /*args*/,
-    int64_t /*begin*/,
-    int64_t /*end*/) {}
+const Kernels* kernels() {
+  return nullptr;
+}
 
 #endif
 

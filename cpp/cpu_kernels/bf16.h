@@ -22,10 +22,23 @@ constexpr int64_t kPanelWidth = 16;
 constexpr int64_t kBlockRows = 8;
 constexpr int64_t kBackwardBlockRows = 16;
 
-// Whether this processor runs the kernels (AVX-512 BF16, and ATen's
-// capability AVX512: ATEN_CPU_CAPABILITY can lower it), and the build has
-// them (x86-64 with GCC or Clang).
-bool available();
+struct StepArgs;
+struct BackwardStepArgs;
+
+// The kernels, reached only through this table (as each capability's
+// kernels are, cpp/cpu_kernels/dispatch.cpp): no code of the default
+// target calls AVX-512 code directly.
+struct Kernels {
+  // Tasks [begin, end) of a forward step, of a backward step.
+  void (*step)(const StepArgs& args, int64_t begin, int64_t end);
+  void (
+      *backward_step)(const BackwardStepArgs& args, int64_t begin, int64_t end);
+};
+
+// The kernels where this processor runs them (AVX-512 BF16, and ATen's
+// capability AVX512: ATEN_CPU_CAPABILITY can lower it) and the build has
+// them (x86-64 with GCC or Clang); else nullptr.
+const Kernels* kernels();
 
 // The forward's panels of W_h^T: [panels, ceil(state / 2), 3, 16, 2], the
 // pair (k, k + 1) of unit j of gate g at [p, k / 2, g, j], zeros past the
@@ -69,8 +82,6 @@ struct StepArgs {
   int64_t state;
 };
 
-void step(const StepArgs& args, int64_t begin, int64_t end);
-
 // A 2-D bfloat16 operand through its strides; none reads as zeros.
 struct Strided {
   const BFloat16* data;
@@ -95,7 +106,5 @@ struct BackwardStepArgs {
   int64_t batch;
   int64_t state;
 };
-
-void backward_step(const BackwardStepArgs& args, int64_t begin, int64_t end);
 
 } // namespace lltm::cpu::bf16

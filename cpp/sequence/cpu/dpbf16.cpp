@@ -57,6 +57,8 @@ void dpbf16_forward(
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   const int64_t BS = B * S;
+  // The plan ran only where the kernels exist.
+  const bf16::Kernels& k = *bf16::kernels();
   const at::Tensor w = kept(
       in.packed != nullptr ? in.packed->layout(&kLayouts, 0) : nullptr,
       [&] { return panels(in.weights, S, false); });
@@ -86,7 +88,7 @@ void dpbf16_forward(
     args.batch = B;
     args.state = S;
     at::parallel_for(0, tasks, task_grain, [&](int64_t begin, int64_t end) {
-      bf16::step(args, begin, end);
+      k.step(args, begin, end);
     });
   }
   BFloat16* h_n = buffers.h_n.mutable_data_ptr<BFloat16>();
@@ -111,6 +113,8 @@ StateGrads dpbf16_backward(
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   const int64_t BS = B * S;
+  // The plan ran only where the kernels exist.
+  const bf16::Kernels& k = *bf16::kernels();
   const at::Tensor w = kept(
       in.packed != nullptr ? in.packed->layout(&kLayouts, 1) : nullptr,
       [&] { return panels(in.weights, S, true); });
@@ -153,7 +157,7 @@ StateGrads dpbf16_backward(
     args.batch = B;
     args.state = S;
     at::parallel_for(0, tasks, task_grain, [&](int64_t begin, int64_t end) {
-      bf16::backward_step(args, begin, end);
+      k.backward_step(args, begin, end);
     });
   }
   return {dc[0].to(at::kBFloat16), std::nullopt};
@@ -164,7 +168,7 @@ std::optional<Plan> plan(const Block& block, std::string* why_not) {
     *why_not = "bfloat16 only (VDPBF16PS takes pairs of bfloat16)";
     return std::nullopt;
   }
-  if (!bf16::available()) {
+  if (bf16::kernels() == nullptr) {
     *why_not =
         "needs AVX-512 BF16 (VDPBF16PS), which this processor or build "
         "lacks or ATEN_CPU_CAPABILITY turns off";
