@@ -66,14 +66,28 @@ void pack_forward(
     if (units < kPanelWidth || S % 2 != 0) {
       std::fill(o, o + pairs * kPairStride, BFloat16(0.0f));
     }
-    // W_h's rows in order, each read once along k: a panel's slice of the
-    // output stays in cache while its rows are scattered into it.
+    // Tiles of 16 pairs of k by a gate's 16 units: the tile's rows and its
+    // slice of the output both stay in L1 (by rows alone, each line of the
+    // output went to L2 once per unit).
+    constexpr int64_t kTile = 16;
     for (int64_t g = 0; g < 3; ++g) {
-      for (int64_t j = 0; j < units; ++j) {
-        const BFloat16* row = w + (g * S + p * kPanelWidth + j) * row_stride;
-        BFloat16* dst = o + (g * kPanelWidth + j) * 2;
-        for (int64_t k = 0; k < S; ++k) {
-          dst[(k / 2) * kPairStride + k % 2] = row[k * col_stride];
+      const BFloat16* rows = w + (g * S + p * kPanelWidth) * row_stride;
+      BFloat16* slice = o + g * kPanelWidth * 2;
+      for (int64_t kk0 = 0; kk0 < S / 2; kk0 += kTile) {
+        const int64_t kk1 = std::min(kk0 + kTile, S / 2);
+        for (int64_t j = 0; j < units; ++j) {
+          const BFloat16* row = rows + j * row_stride;
+          for (int64_t kk = kk0; kk < kk1; ++kk) {
+            BFloat16* dst = slice + kk * kPairStride + j * 2;
+            dst[0] = row[2 * kk * col_stride];
+            dst[1] = row[(2 * kk + 1) * col_stride];
+          }
+        }
+      }
+      if (S % 2 != 0) {
+        for (int64_t j = 0; j < units; ++j) {
+          slice[(S / 2) * kPairStride + j * 2] =
+              rows[j * row_stride + (S - 1) * col_stride];
         }
       }
     }
