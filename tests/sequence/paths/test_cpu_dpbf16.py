@@ -74,7 +74,7 @@ def test_error_is_at_most_twice_nn_lstms(size: tuple[int, int, int, int]) -> Non
 @needs_the_path
 @pytest.mark.parametrize("size", ERROR_SIZES, ids=str)
 def test_gradients_error_is_near_nn_lstms(size: tuple[int, int, int, int]) -> None:
-    """The op saves c_t and returns dZ in bfloat16 (its buffers' dtype): at 64 steps that costs ~2.1x."""
+    """The op stores the input's projection in bfloat16 before any path runs: ~2.1x at 64 steps."""
     ours = relative_errors(lltm.LLTMLayer, size, grads=True, path="dpbf16")
     steps = relative_errors(lltm.LLTMLayer, size, grads=True, path="steps")
     theirs = relative_errors(torch.nn.LSTM, size, grads=True)
