@@ -27,10 +27,13 @@
 
 #include <algorithm>
 #include <cstring>
-#include <string>
 #include <type_traits>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// Compilers that know the avx512bf16 target and __builtin_cpu_supports'
+// name for it.
+#if defined(__x86_64__) &&                            \
+    ((defined(__clang__) && __clang_major__ >= 12) || \
+     (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
 #define LLTM_HAVE_BF16_KERNELS 1
 #include <immintrin.h>
 #define LLTM_BF16_TARGET \
