@@ -15,6 +15,7 @@ how often it picks the fastest path, and the worst ratio of its pick's time
 to the fastest.
 
     python scripts/fit_cpu_paths.py --sizes 40 --seed 1
+    python scripts/fit_cpu_paths.py --sizes 24 --seed 1 --dtype bfloat16   # dpbf16 against steps
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, default=40)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-gmacs", type=float, default=0.5, help="forward work cap per size")
+    parser.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16"], help="the blocks' dtype"
+    )
     args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
     rng = random.Random(args.seed)
     # (direction, path) -> rows of (steps, gmacs, microseconds); and per key
     # the measured times, to judge the fit.
@@ -54,8 +59,8 @@ def main() -> None:
         done += 1
         print(f"[{done}/{args.sizes}] T={t} B={b} F={f} S={s}", flush=True)
         lltm.clear_path_choices()
-        layer = lltm.LLTMLayer(f, s)
-        x = torch.randn(t, b, f)
+        layer = lltm.LLTMLayer(f, s, dtype=dtype)
+        x = torch.randn(t, b, f, dtype=dtype)
         layer(x)[0].sum().backward()
         with torch.inference_mode():
             layer(x)

@@ -55,6 +55,14 @@ def plan_or_reason(
         return None, str(refused).split(": ", 1)[1]
 
 
+def path_dtype(path: str, device: str) -> torch.dtype:
+    """float32, or where the path refuses it the first dtype its plan runs (float32 if none)."""
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        if plan_or_reason(path, device, dtype, (4, 3, 5, 8))[0] is not None:
+            return dtype
+    return torch.float32
+
+
 def skip_unless_it_runs(
     path: str, device: str, dtype: torch.dtype, shape: tuple[int, int, int, int]
 ) -> None:

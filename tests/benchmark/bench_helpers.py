@@ -8,11 +8,37 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import torch
+
+import lltm
 from helpers import run_python
-from lltm.benchmark.sequence import forced_paths
+from lltm.benchmark.sequence import forced_paths, forced_variants
 
 # The names of the sequence paths, on the CPU and on CUDA.
 KNOWN_PATHS = {*forced_paths("cpu"), *forced_paths("cuda")}
+
+
+def forced_in_float32(device: str) -> tuple[str, ...]:
+    """The device's forced variants whose path plans a float32 block (dpbf16 takes bfloat16 alone)."""
+
+    def plans(variant: str) -> bool:
+        try:
+            lltm.paths.plan(
+                variant.removeprefix("layer-"),
+                device=device,
+                dtype=torch.float32,
+                steps=4,
+                batch=2,
+                input_features=3,
+                state_size=8,
+            )
+        except RuntimeError:
+            return False
+        return True
+
+    return tuple(filter(plans, forced_variants(device)))
+
+
 # --random's ranges for sizes that run in milliseconds.
 TINY_RANGES = ["--random-range", "T=2:6,B=1:5,F=16:20,S=32:40"]
 

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from bench_helpers import KNOWN_PATHS, TINY_RANGES, bench_tables, run_benchmark
+from bench_helpers import KNOWN_PATHS, TINY_RANGES, bench_tables, forced_in_float32, run_benchmark
 
 from lltm import benchmark
 from lltm.benchmark import sequence as seq
@@ -373,7 +373,7 @@ def test_each_cpu_path_forced_beside_the_default_and_nn_lstm(
 ) -> None:
     """What compare_cpu_paths.py did: each path, the default and nn.LSTM, in turns."""
     path = tmp_path / "forced.json"
-    names = ["layer", *seq.forced_variants("cpu"), "nn.LSTM"]
+    names = ["layer", *forced_in_float32("cpu"), "nn.LSTM"]
     benchmark.main(
         [
             *("--sequence", "--sizes", "4x2x3x8,3x2x3x8", "--variants", ",".join(names)),

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 import torch
-from bench_helpers import run_benchmark
+from bench_helpers import forced_in_float32, run_benchmark
 
 import lltm
 from lltm.benchmark import sequence as seq
@@ -80,7 +80,7 @@ def test_path_label() -> None:
 
 def test_each_cpu_path_forced_beside_the_default() -> None:
     """Every forced variant runs its own path; the layer's row holds the default against them."""
-    forced = seq.forced_variants("cpu")
+    forced = forced_in_float32("cpu")
     rows = seq.run_sequence(
         4, 2, 3, 8, runs=2, warmup=1, variants=["layer", *forced, "nn.LSTM"], progress=False
     )

@@ -221,10 +221,11 @@ def avx_reached_from_baseline_code(library: Path) -> list[str]:
                 target = int(jump[1], 16) if plt == jump[2] else exported.get(plt, -1)
                 targets[start].add(target)
     assert any(uses.values()), f"no function of {library.name} uses AVX"
-    # A capability's own functions (lltm::cpu::AVX2::, ::AVX512::) run only
-    # from its table, also those that happen to use no AVX themselves (a
-    # kernel's dispatch over its row blocks).
-    kernels = re.compile(r"_ZN4lltm3cpu(4AVX2|6AVX512)")
+    # A capability's own functions (lltm::cpu::AVX2::, ::AVX512::, and the
+    # AVX-512 BF16 kernels, lltm::cpu::bf16::) run only from its table, also
+    # those that happen to use no AVX themselves (a kernel's dispatch over
+    # its row blocks).
+    kernels = re.compile(r"_ZN4lltm3cpu(4AVX2|6AVX512|4bf16)")
     baseline = [a for a in names if not uses[a] and not kernels.match(names[a])]
     reached = {t for a in baseline for t in targets[a] if uses.get(t)}
     reached |= {a for a in names if uses[a] and "_GLOBAL__sub_I" in names[a]}

@@ -4,7 +4,8 @@ The paths come from lltm's own table (:func:`lltm.sequence_paths`), so a new
 path is tested here without a line of this file changing. Each is forced with
 LLTM_SEQUENCE_PATH, proven to have run through the profiler's ranges
 (:func:`lltm.paths_that_ran`), and checked against the float64 reference at
-its dtype's tolerance: at each kernel's edges (one step, batch 1, state 1,
+its dtype's tolerance (float32, or the dtype the path takes where it refuses
+float32): at each kernel's edges (one step, batch 1, state 1,
 sizes past a vector or a tile), in both directions and on packed batches,
 bit for bit when run again, and with the inference forward equal to the
 training one. Where a path's plan refuses a dtype, forcing it raises with the
@@ -28,6 +29,7 @@ from sequences import (
     assert_trains_like_the_reference,
     layer_and_input,
     make_sequence,
+    path_dtype,
     plan_or_reason,
     plans_that_ran,
     reference_with_grads,
@@ -68,8 +70,10 @@ def test_runs_and_matches_the_reference(
     device_path: tuple[str, str], size: tuple[int, int, int, int]
 ) -> None:
     device, path = device_path
-    skip_unless_it_runs(path, device, torch.float32, size)
-    layer, x = layer_and_input(size, device=device)
+    dtype = path_dtype(path, device)
+    skip_unless_it_runs(path, device, dtype, size)
+    layer, x = layer_and_input(size, device=device, dtype=dtype)
+    x = x.to(dtype)
     ran = lltm.paths_that_ran(lambda: train(layer, x))
     assert path_of(ran["forward"]) == path_of(ran["backward"]) == {path}, ran
     got = assert_trains_like_the_reference(layer, x)
@@ -88,10 +92,11 @@ def test_runs_and_matches_the_reference(
 
 def test_runs_both_directions_and_packed_batches(device_path: tuple[str, str]) -> None:
     device, path = device_path
-    skip_unless_it_runs(path, device, torch.float32, (7, 5, 20, 20))
+    dtype = path_dtype(path, device)
+    skip_unless_it_runs(path, device, dtype, (7, 5, 20, 20))
     torch.manual_seed(3)
-    layer = lltm.LLTMLayer(5, 20, num_layers=2, bidirectional=True, device=device)
-    sequences = [torch.randn(n, 5, device=device) for n in (7, 3, 7, 1, 5)]
+    layer = lltm.LLTMLayer(5, 20, num_layers=2, bidirectional=True, device=device, dtype=dtype)
+    sequences = [torch.randn(n, 5, device=device, dtype=dtype) for n in (7, 3, 7, 1, 5)]
     packed = pack_sequence(sequences, enforce_sorted=False)
     ran = lltm.paths_that_ran(lambda: layer(packed))
     assert path_of(ran["forward"]) == {path}
@@ -104,7 +109,7 @@ def test_runs_both_directions_and_packed_batches(device_path: tuple[str, str]) -
         None,
         bidirectional=True,
     )
-    tol = TOLERANCES[torch.float32]
+    tol = TOLERANCES[dtype]
     torch.testing.assert_close(out.data.double().cpu(), want.data, **tol)
     torch.testing.assert_close(h_n.double().cpu(), want_h, **tol)
     torch.testing.assert_close(c_n.double().cpu(), want_c, **tol)
@@ -137,11 +142,12 @@ def test_the_plan_that_runs_is_the_plan_lltm_paths_names(device_path: tuple[str,
     """lltm.paths.plan() and the run agree: what a benchmark or a test asks is what runs."""
     device, path = device_path
     size = (6, 8, 7, 32)
-    skip_unless_it_runs(path, device, torch.float32, size)
-    layer, x = layer_and_input(size, device=device)
-    ran = lltm.paths_that_ran(lambda: train(layer, x))
+    dtype = path_dtype(path, device)
+    skip_unless_it_runs(path, device, dtype, size)
+    layer, x = layer_and_input(size, device=device, dtype=dtype)
+    ran = lltm.paths_that_ran(lambda: train(layer, x.to(dtype)))
     for backward, plans in ((False, ran["forward"]), (True, ran["backward"])):
-        assert plans == [plan_or_reason(path, device, torch.float32, size, backward=backward)[0]]
+        assert plans == [plan_or_reason(path, device, dtype, size, backward=backward)[0]]
 
 
 DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)]
