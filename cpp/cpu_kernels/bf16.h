@@ -7,6 +7,8 @@
 // (panel, block of rows) tasks, numbered as cpu::FusedStepArgs says.
 #pragma once
 
+#include "cuda/common/cell_args.h"
+
 #include <c10/util/BFloat16.h>
 
 #include <cstdint>
@@ -82,12 +84,9 @@ struct StepArgs {
   int64_t state;
 };
 
-// A 2-D bfloat16 operand through its strides; none reads as zeros.
-struct Strided {
-  const BFloat16* data;
-  int64_t row_stride;
-  int64_t col_stride;
-};
+// A [batch, state] operand through its strides, as the cell's kernels read
+// it (nullptr reads as zeros).
+using Strided = kernels::Strided<BFloat16>;
 
 // One backward step: gh = grad_h + grad_h_add + dz_next W_h (nullptr at the
 // last step), gc = grad_cell (or grad_cell_f, float32, when given), then

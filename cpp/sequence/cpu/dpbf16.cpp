@@ -97,10 +97,6 @@ void dpbf16_forward(
   buffers.c_n.copy_(cell.view(buffers.c_n.sizes()));
 }
 
-bf16::Strided as_strided(const cpu::Strided<BFloat16>& s) {
-  return {s.data, s.row_stride, s.col_stride};
-}
-
 StateGrads dpbf16_backward(
     const Plan& /*plan*/,
     const Sizes& sizes,
@@ -137,15 +133,15 @@ StateGrads dpbf16_backward(
   for (int64_t t = steps - 1; t >= 0; --t) {
     bf16::BackwardStepArgs args{};
     args.w = w.const_data_ptr<BFloat16>();
-    args.grad_h = as_strided(strided_step<BFloat16>(grad_output, t));
+    args.grad_h = strided_step<BFloat16>(grad_output, t);
     if (t == steps - 1) {
       args.dz_next = nullptr;
       if (!grad_output) {
-        args.grad_h = as_strided(strided<BFloat16>(grad_h_n));
+        args.grad_h = strided<BFloat16>(grad_h_n);
       } else if (grad_h_n_dense) {
         args.grad_h_add = grad_h_n_dense->const_data_ptr<BFloat16>();
       }
-      args.grad_cell = as_strided(strided<BFloat16>(in.grad_c_n));
+      args.grad_cell = strided<BFloat16>(in.grad_c_n);
     } else {
       args.dz_next = dz + (t + 1) * B * 3 * S;
       args.grad_cell_f = dc[(t + 1) % 2].const_data_ptr<float>();
