@@ -132,6 +132,38 @@ size_t by_rule(const Block& block, const std::vector<Plan>& plans) {
       false, "no sequence path's window holds ", describe(block));
 }
 
+// The choice kept for `key` (not the rules', which are decided again for
+// each block), if any.
+std::optional<Choice> kept_choice(const std::string& key) {
+  Table& t = table();
+  const std::lock_guard<std::mutex> lock(t.mutex);
+  const auto found = t.choices.find(key);
+  if (found == t.choices.end() || found->second.source == "rules" ||
+      found->second.source == "capture") {
+    return std::nullopt;
+  }
+  return found->second;
+}
+
+// Keeps `choice` for `key`, unless a choice other than the rules' is kept
+// already; returns the one kept.
+Choice keep(const std::string& key, Choice&& choice) {
+  Table& t = table();
+  const std::lock_guard<std::mutex> lock(t.mutex);
+  auto [it, inserted] = t.choices.try_emplace(key, std::move(choice));
+  if (!inserted &&
+      (it->second.source == "rules" || it->second.source == "capture")) {
+    it->second = std::move(choice);
+  }
+  return it->second;
+}
+
+void set_plan(const std::string& key, const std::string& plan) {
+  Table& t = table();
+  const std::lock_guard<std::mutex> lock(t.mutex);
+  t.choices[key].plan = plan;
+}
+
 // The plan for a block that `plans` (one per path that can run it) offer:
 // the one kept for the block's kind, else the fastest measured, or by the
 // model, kept for the kind; else (inside a CUDA graph's capture, or where
@@ -142,29 +174,35 @@ Plan chosen(
     const Block& block,
     std::vector<Plan>& plans) {
   const std::string key = key_of(engine, block);
-  Table& t = table();
-  const std::lock_guard<std::mutex> lock(t.mutex);
-  const auto found = t.choices.find(key);
-  if (found != t.choices.end() && found->second.source != "rules" &&
-      found->second.source != "capture") {
+  const auto plan_of_path = [&](const std::string& name) -> Plan* {
     for (Plan& plan : plans) {
-      if (found->second.path == plan.path->name) {
-        found->second.plan = plan.name();
-        return std::move(plan);
+      if (name == plan.path->name) {
+        return &plan;
       }
+    }
+    return nullptr;
+  };
+  if (std::optional<Choice> kept = kept_choice(key)) {
+    if (Plan* plan = plan_of_path(kept->path)) {
+      set_plan(key, plan->name());
+      return std::move(*plan);
     }
   }
   const bool capturing = engine.capturing != nullptr && engine.capturing();
   const bool measuring = tuning_enabled();
-  Choice choice;
   if (capturing || (!measuring && !has_model(engine.device))) {
     // A graph's capture can neither time nor wait: the next block of the
     // kind outside a capture measures.
     Plan& plan = plans[by_rule(block, plans)];
-    t.choices[key] = Choice{
-        plan.path->name, plan.name(), capturing ? "capture" : "rules", {}};
+    keep(
+        key,
+        Choice{
+            plan.path->name, plan.name(), capturing ? "capture" : "rules", {}});
     return std::move(plan);
   }
+  // Measured without the table's lock: the GEMMs around a measured block
+  // keep choices of their own (choose_library).
+  Choice choice;
   std::vector<double> times;
   if (measuring) {
     choice.source = "measured";
@@ -194,8 +232,10 @@ Plan chosen(
   }
   choice.path = plans[best].path->name;
   choice.plan = plans[best].name();
-  t.choices[key] = std::move(choice);
-  return std::move(plans[best]);
+  // Another thread may have measured the kind meanwhile: the first choice
+  // kept stands.
+  Plan* plan = plan_of_path(keep(key, std::move(choice)).path);
+  return std::move(plan != nullptr ? *plan : plans[best]);
 }
 
 } // namespace
@@ -276,6 +316,40 @@ std::optional<Plan> plan_for(
       ", but got ",
       name);
   return plan_of(*path, block, why_not);
+}
+
+size_t choose_library(
+    const std::string& key,
+    c10::ArrayRef<const char*> libraries,
+    size_t rule,
+    c10::function_ref<double(size_t)> time) {
+  const auto index_of = [&](const std::string& name) {
+    for (const auto i : c10::irange(libraries.size())) {
+      if (name == libraries[i]) {
+        return i;
+      }
+    }
+    return libraries.size();
+  };
+  if (std::optional<Choice> kept = kept_choice(key)) {
+    if (const size_t i = index_of(kept->path); i < libraries.size()) {
+      return i;
+    }
+  }
+  if (libraries.size() == 1 || !tuning_enabled()) {
+    keep(key, Choice{libraries[rule], libraries[rule], "rules", {}});
+    return rule;
+  }
+  Choice choice{"", "", "measured", {}};
+  size_t best = 0;
+  for (const auto i : c10::irange(libraries.size())) {
+    choice.times.emplace_back(libraries[i], time(i));
+    if (choice.times[i].second < choice.times[best].second) {
+      best = i;
+    }
+  }
+  choice.path = choice.plan = libraries[best];
+  return index_of(keep(key, std::move(choice)).path);
 }
 
 double time_steps(

@@ -24,6 +24,7 @@
 
 #include "cpp/sequence/path.h"
 
+#include <c10/util/ArrayRef.h>
 #include <c10/util/FunctionRef.h>
 
 #include <string>
@@ -44,6 +45,17 @@ std::optional<Plan> plan_for(
     const std::string& path,
     const Block& block,
     std::string* why_not);
+
+// Of `libraries` (the ways to run one GEMM around the blocks, such as the
+// input's projection), the one kept for `key` ("cpu|Float|gemm|threads=2|
+// M=32768|K=30|N=180"), else the fastest by time(i), kept for the process
+// and on disk as a block's path is; where measuring is off,
+// libraries[rule]. Returns its index.
+size_t choose_library(
+    const std::string& key,
+    c10::ArrayRef<const char*> libraries,
+    size_t rule,
+    c10::function_ref<double(size_t)> time);
 
 // A block of `steps` steps' microseconds from time(n), the microseconds of
 // n steps: timed as it is up to `timed` steps, else extrapolated from

@@ -66,6 +66,22 @@ OutputMask segment_mask(bool first, const OutputMask& mask) {
   return {false, false, false, !first || mask[3], !first || mask[4]};
 }
 
+// a b by the engine's GEMM, into `out` where it is defined.
+at::Tensor engine_mm(
+    const Engine& engine,
+    const at::Tensor& a,
+    const at::Tensor& b,
+    const at::Tensor& out = at::Tensor()) {
+  if (engine.mm != nullptr) {
+    return engine.mm(a, b, out);
+  }
+  if (!out.defined()) {
+    return at::mm(a, b);
+  }
+  at::Tensor o = out;
+  return at::mm_out(o, a, b);
+}
+
 // A block with no rows or no state: nothing for a path to compute.
 bool empty(const Sizes& sizes) {
   return sizes.batch == 0 || sizes.state_size == 0;
@@ -221,8 +237,7 @@ ForwardResult run_forward(
     // The input projection of every step: one GEMM over the work rows.
     const at::Tensor x = p.packed ? to_work(input, steps, *idx, d)
                                   : (d == 0 ? input : input.flip(0));
-    at::Tensor projection = gates_d;
-    at::mm_out(projection, x.reshape({W, F}), weights_x(w, S).t());
+    engine_mm(engine, x.reshape({W, F}), weights_x(w, S).t(), gates_d);
     const at::Tensor h_scratch =
         scratch ? at::empty({B, S}, options) : at::Tensor();
     const at::Tensor c_scratch =
@@ -282,6 +297,7 @@ namespace {
 // d_W_h = dZ_0^T h0 + dZ_{1:}^T output_{:-1}, and d_bias, into the slices
 // given.
 at::Tensor dense_weight_grads(
+    const Engine& engine,
     const Sizes& sizes,
     const at::Tensor& d_gates,
     const at::Tensor& x,
@@ -308,7 +324,8 @@ at::Tensor dense_weight_grads(
   if (mask[2]) {
     at::sum_out(d_bias, dz, 0);
   }
-  return mask[0] ? at::mm(dz, weights_x(w, S)).view({T, B, F}) : at::Tensor();
+  return mask[0] ? engine_mm(engine, dz, weights_x(w, S)).view({T, B, F})
+                 : at::Tensor();
 }
 
 } // namespace
@@ -401,7 +418,7 @@ BackwardResult run_backward(
       const at::Tensor x = d == 0 ? input : input.flip(0);
       const at::Tensor h = d == 0 ? output_d : output_d.flip(0);
       const at::Tensor d_input = dense_weight_grads(
-          sizes, d_gates, x, w, h0_d, h, mask, d_weights_d, d_bias_d);
+          engine, sizes, d_gates, x, w, h0_d, h, mask, d_weights_d, d_bias_d);
       if (mask[0]) {
         d_inputs[d] = d == 0 ? d_input : d_input.flip(0);
       }
@@ -480,7 +497,7 @@ BackwardResult run_backward(
     // The GEMMs over the real rows alone, in the packed order.
     const at::Tensor dz = from_work(d_gates, steps, *idx, d);
     if (mask[0]) {
-      d_inputs[d] = at::mm(dz, weights_x(w, S));
+      d_inputs[d] = engine_mm(engine, dz, weights_x(w, S));
     }
     if (mask[1]) {
       at::Tensor d_w_x = d_weights_d.narrow(1, S, F);

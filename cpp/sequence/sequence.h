@@ -261,6 +261,11 @@ struct Engine {
       Scratch slot,
       at::IntArrayRef sizes,
       const at::TensorOptions& options);
+  // a b (a [M, K], b [K, N]), into `out` where it is defined: the GEMMs
+  // around the blocks (the input's projection, d_input), by the library the
+  // backend measured fastest for the shape (nullptr: at::mm).
+  at::Tensor (
+      *mm)(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out);
 };
 
 // The ops on a backend.

@@ -46,13 +46,18 @@ _FORMAT = 1
 
 
 class PathChoice(TypedDict):
-    """One kind of block and its path.
+    """One kind of block and its path, or one GEMM around the blocks and its library.
 
     ``key`` names the kind (``cpu|Float|inference|threads=2|T=64|B=16|F=32|S=128``,
     ``cuda|Half|backward|gpu=NVIDIA H200|T=512|B=64|F=32|S=256``: steps past
     32 on the CPU, 128 on CUDA, and batches share the power of two at or above
     them); ``path`` is the
-    path, ``plan`` the plan of the kind's last block (``"fused/held"``);
+    path, ``plan`` the plan of the kind's last block (``"fused/held"``).
+    A ``gemm`` key (``cpu|Float|gemm|threads=2|M=32768|K=30|N=180``, M in
+    the same buckets) is the CPU's input projection or ``d_input``, [M, K]
+    times [K, N] over every step's rows; its ``path`` is the library that
+    runs it, ``aten`` (``torch.mm``: MKL in torch's x86 wheels) or ``onednn``.
+    For both,
     ``source`` is ``"measured"``, ``"model"``, ``"rules"``, ``"capture"`` (the
     rules, inside a CUDA graph's capture) or ``"cache"`` (from disk);
     ``times_us`` the microseconds each candidate took (or the model's

@@ -1,9 +1,11 @@
 // The sequence ops on the CPU: the engine under its paths (steps.cpp,
-// onednn.cpp, fused.cpp): the directions on threads, a packed batch's
-// segments and indices, and the op's buffers kept between calls.
+// onednn.cpp, fused.cpp, dpbf16.cpp): the directions on threads, a packed
+// batch's segments and indices, the op's buffers kept between calls, and
+// the GEMMs around the blocks (gemm.cpp).
 // cpp/sequence/run.cpp does the rest (sequence.h states the math).
 #include "cpp/cell/backend.h"
 #include "cpp/sequence/choice.h"
+#include "cpp/sequence/cpu/gemm.h"
 #include "cpp/sequence/path.h"
 #include "cpp/sequence/sequence.h"
 
@@ -108,6 +110,13 @@ at::Tensor cpu_scratch(
   return bytes_of.narrow(0, 0, bytes).view(dtype).view(sizes);
 }
 
+at::Tensor cpu_mm(
+    const at::Tensor& a,
+    const at::Tensor& b,
+    const at::Tensor& out) {
+  return cpu_paths::mm(cpu_context(), a, b, out);
+}
+
 constexpr Engine kCpuEngine{
     c10::DeviceType::CPU,
     &cpu_context,
@@ -117,7 +126,8 @@ constexpr Engine kCpuEngine{
     &cpu_for_each_direction,
     &cpu_min_segment_steps,
     &cpu_indices,
-    &cpu_scratch};
+    &cpu_scratch,
+    &cpu_mm};
 const EngineRegistration kRegistration{kCpuEngine};
 
 struct Cpu {

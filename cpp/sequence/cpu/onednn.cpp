@@ -3,68 +3,32 @@
 // into oneDNN's blocked layout. A call costs the dispatcher and an
 // allocation, and oneDNN runs a GEMM of a few rows faster than MKL does on
 // some processors (docs/performance.md, "The CPU's paths").
+#include "cpp/sequence/cpu/onednn.h"
 #include "cpp/sequence/cpu/loops.h"
 #include "cpp/sequence/cpu/model.h"
 #include "cpp/sequence/path.h"
 
 #include <ATen/Context.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 
 namespace lltm::sequence::cpu_paths {
 namespace {
 
-// ATen's mkldnn ops, found through the dispatcher: torch builds without
-// oneDNN have none.
-class OneDnnOps {
- public:
-  using Reorder = at::Tensor(const at::Tensor&, std::optional<int64_t>);
-  using Linear = at::Tensor(
-      const at::Tensor&,
-      const at::Tensor&,
-      const std::optional<at::Tensor>&,
-      c10::string_view,
-      c10::List<std::optional<c10::Scalar>>,
-      std::optional<c10::string_view>);
-  using LinearAdd = at::Tensor(
-      const at::Tensor&,
-      const at::Tensor&,
-      const at::Tensor&,
-      const std::optional<at::Tensor>&,
-      c10::string_view);
-
-  // The ops where torch has them and oneDNN is enabled
-  // (torch.backends.mkldnn.enabled), else nullptr.
-  static const OneDnnOps* get() {
-    static const std::optional<OneDnnOps> ops = find();
-    if (!ops || !at::globalContext().userEnabledMkldnn()) {
-      return nullptr;
-    }
-    return &*ops;
+std::optional<OneDnnOps> find_ops() {
+  auto& dispatcher = c10::Dispatcher::singleton();
+  const auto reorder =
+      dispatcher.findSchema({"mkldnn::_reorder_linear_weight", ""});
+  const auto linear = dispatcher.findSchema({"mkldnn::_linear_pointwise", ""});
+  const auto linear_add =
+      dispatcher.findSchema({"mkldnn::_linear_pointwise", "binary"});
+  if (!reorder || !linear || !linear_add ||
+      !reorder->hasKernelForDispatchKey(c10::DispatchKey::CPU)) {
+    return std::nullopt;
   }
-
-  c10::TypedOperatorHandle<Reorder> reorder;
-  c10::TypedOperatorHandle<Linear> linear;
-  c10::TypedOperatorHandle<LinearAdd> linear_add;
-
- private:
-  static std::optional<OneDnnOps> find() {
-    auto& dispatcher = c10::Dispatcher::singleton();
-    const auto reorder =
-        dispatcher.findSchema({"mkldnn::_reorder_linear_weight", ""});
-    const auto linear =
-        dispatcher.findSchema({"mkldnn::_linear_pointwise", ""});
-    const auto linear_add =
-        dispatcher.findSchema({"mkldnn::_linear_pointwise", "binary"});
-    if (!reorder || !linear || !linear_add ||
-        !reorder->hasKernelForDispatchKey(c10::DispatchKey::CPU)) {
-      return std::nullopt;
-    }
-    return OneDnnOps{
-        reorder->typed<Reorder>(),
-        linear->typed<Linear>(),
-        linear_add->typed<LinearAdd>()};
-  }
-};
+  return OneDnnOps{
+      reorder->typed<OneDnnOps::Reorder>(),
+      linear->typed<OneDnnOps::Linear>(),
+      linear_add->typed<OneDnnOps::LinearAdd>()};
+}
 
 // Where this path keeps its layouts of W_h (PackedWeights::layout).
 constexpr char kLayouts = 0;
@@ -147,6 +111,14 @@ const Path kOneDnn{
     &gemm_backward<OneDnnGemm>};
 
 } // namespace
+
+const OneDnnOps* OneDnnOps::get() {
+  static const std::optional<OneDnnOps> ops = find_ops();
+  if (!ops || !at::globalContext().userEnabledMkldnn()) {
+    return nullptr;
+  }
+  return &*ops;
+}
 
 LLTM_REGISTER_SEQUENCE_PATH(kOneDnn);
 

@@ -177,7 +177,8 @@ constexpr Engine kCudaEngine{
     &cuda_for_each_direction,
     &cuda_min_segment_steps,
     &cuda_indices,
-    &cuda_scratch};
+    &cuda_scratch,
+    /*mm=*/nullptr};
 const EngineRegistration kRegistration{kCudaEngine};
 
 struct Cuda {
