@@ -300,13 +300,16 @@ LLTM_BF16_TARGET void forward_panel(const StepArgs& a, int64_t p, int64_t row) {
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
     const int64_t b = row + r;
-    const BFloat16* z = a.z + b * 3 * S;
+    // The projection of gate `gate`'s units of this panel, in float32.
+    const auto z = [&](int64_t gate) {
+      const int64_t at = b * 3 * S + gate * S + s;
+      return a.z_f32 != nullptr ? load(a.z_f32 + at, n) : load(a.z + at, n);
+    };
     const __m512 i =
-        sigmoid(_mm512_add_ps(_mm512_add_ps(acc[r][0], load(z + s, n)), b_i));
-    const __m512 o = sigmoid(
-        _mm512_add_ps(_mm512_add_ps(acc[r][1], load(z + S + s, n)), b_o));
-    const __m512 g = elu(
-        _mm512_add_ps(_mm512_add_ps(acc[r][2], load(z + 2 * S + s, n)), b_c));
+        sigmoid(_mm512_add_ps(_mm512_add_ps(acc[r][0], z(0)), b_i));
+    const __m512 o =
+        sigmoid(_mm512_add_ps(_mm512_add_ps(acc[r][1], z(1)), b_o));
+    const __m512 g = elu(_mm512_add_ps(_mm512_add_ps(acc[r][2], z(2)), b_c));
     float* cell = a.cell + b * S + s;
     const __m512 c = _mm512_fmadd_ps(g, i, load(cell, n));
     store(cell, c, n);

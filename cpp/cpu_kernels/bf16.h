@@ -72,7 +72,10 @@ int64_t backward_panels_numel(int64_t state);
 struct StepArgs {
   const BFloat16* h; // h_{t-1}: [batch, state], dense
   const BFloat16* w; // pack_forward's panels
-  const BFloat16* z; // the input projection: [batch, 3 * state], dense
+  // The input projection, [batch, 3 * state], dense: in float32 where
+  // z_f32 is given (z is then unread), else rounded in z.
+  const BFloat16* z;
+  const float* z_f32;
   const BFloat16* bias; // [3 * state]
   float* cell; // c_{t-1} in, c_t out: [batch, state], dense
   BFloat16* new_h; // [batch, state], dense

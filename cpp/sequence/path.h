@@ -43,6 +43,10 @@ struct Plan {
   // What the path's launchers read: the kernel library's own plan (CUDA's
   // cuda::SequencePlan), or nothing.
   std::any detail;
+  // The forward adds the input's projection in float32 (a 16-bit path
+  // whose steps accumulate in float32): run_forward computes it so, into
+  // ForwardBuffers::projection, rather than rounded into gates.
+  bool float32_projection = false;
 
   // "fused/held", or the path's name where it has one way.
   std::string name() const;

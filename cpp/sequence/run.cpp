@@ -87,19 +87,12 @@ bool empty(const Sizes& sizes) {
   return sizes.batch == 0 || sizes.state_size == 0;
 }
 
-// The forward of one block: planned, recorded and run.
+// The forward of one planned block: recorded and run.
 void forward_block(
-    const Engine& engine,
+    const Plan& plan,
     const Sizes& sizes,
-    at::ScalarType dtype,
-    bool save,
     const ForwardInputs& inputs,
-    ForwardBuffers& buffers,
-    const char* op) {
-  if (empty(sizes)) {
-    return;
-  }
-  const Plan plan = choice::plan_block(engine, {sizes, dtype, false, save}, op);
+    ForwardBuffers& buffers) {
   const PathRange range("lltm::sequence_path::", [&] { return plan.name(); });
   plan.path->forward(plan, sizes, inputs, buffers);
 }
@@ -234,17 +227,51 @@ ForwardResult run_forward(
               .narrow(0, 0, W)
         : at::Tensor();
     const at::Tensor out_d = work_output.select(0, d);
+    const std::vector<Segment>& segments = steps.segments();
+    // Each block's plan before the projection, which a plan may ask for in
+    // float32; std::nullopt for a block with nothing to compute.
+    std::vector<std::optional<Plan>> plans;
+    bool float32_projection = false;
+    bool rounded_projection = false;
+    for (const Segment& s : segments) {
+      const Sizes sizes{s.steps, s.batch, F, S};
+      if (empty(sizes)) {
+        plans.emplace_back();
+        continue;
+      }
+      plans.push_back(
+          choice::plan_block(engine, {sizes, dtype, false, save}, op));
+      (plans.back()->float32_projection ? float32_projection
+                                        : rounded_projection) = true;
+    }
     // The input projection of every step: one GEMM over the work rows.
-    const at::Tensor x = p.packed ? to_work(input, steps, *idx, d)
-                                  : (d == 0 ? input : input.flip(0));
-    engine_mm(engine, x.reshape({W, F}), weights_x(w, S).t(), gates_d);
+    const at::Tensor x = (p.packed ? to_work(input, steps, *idx, d)
+                                   : (d == 0 ? input : input.flip(0)))
+                             .reshape({W, F});
+    at::Tensor projection;
+    if (float32_projection) {
+      projection = engine.scratch(
+          Scratch::kProjection, {W, 3 * S}, options.dtype(at::kFloat));
+      engine_mm(
+          engine,
+          x.to(at::kFloat),
+          weights_x(w, S).t().to(at::kFloat),
+          projection);
+      if (rounded_projection) {
+        gates_d.copy_(projection);
+      }
+    } else {
+      engine_mm(engine, x, weights_x(w, S).t(), gates_d);
+    }
     const at::Tensor h_scratch =
         scratch ? at::empty({B, S}, options) : at::Tensor();
     const at::Tensor c_scratch =
         scratch ? at::empty({B, S}, options) : at::Tensor();
-    const std::vector<Segment>& segments = steps.segments();
     PackedWeights packed;
     for (size_t i = 0; i < segments.size(); ++i) {
+      if (!plans[i]) {
+        continue;
+      }
       const Segment& s = segments[i];
       const Sizes sizes{s.steps, s.batch, F, S};
       ForwardBuffers b;
@@ -253,20 +280,16 @@ ForwardResult run_forward(
       if (keep_cells) {
         b.cells = block(cells_d, s);
       }
+      if (plans[i]->float32_projection) {
+        b.projection = block(projection, s);
+      }
       b.h_n = scratch ? h_scratch.narrow(0, 0, s.batch) : h_n_d;
       b.c_n = scratch ? c_scratch.narrow(0, 0, s.batch) : c_n_d;
       const at::Tensor h_first =
           i == 0 ? h0 : state_before(out_d, segments[i - 1], s.batch);
       const at::Tensor c_first =
           i == 0 ? c0 : state_before(cells_d, segments[i - 1], s.batch);
-      forward_block(
-          engine,
-          sizes,
-          dtype,
-          save,
-          {w, bias, h_first, c_first, &packed},
-          b,
-          op);
+      forward_block(*plans[i], sizes, {w, bias, h_first, c_first, &packed}, b);
     }
     if (p.packed) {
       at::Tensor h = h_n_d;

@@ -130,6 +130,9 @@ struct ForwardBuffers {
   at::Tensor c_n;
   at::Tensor cells;
   at::Tensor gates;
+  // The projection in float32, [T, B, 3S], where the block's plan asked for
+  // it (Plan::float32_projection); gates then hold no projection.
+  at::Tensor projection;
 };
 
 // W_h^T ([S, 3S]) and W_h ([3S, S]) copied dense, for the loops whose
@@ -222,8 +225,8 @@ struct StateGrads {
 };
 
 // The op's own buffers, which Engine::scratch may keep between calls.
-enum class Scratch { kGates, kCells, kOutput, kDGates };
-constexpr size_t kScratchSlots = 4;
+enum class Scratch { kGates, kCells, kOutput, kDGates, kProjection };
+constexpr size_t kScratchSlots = 5;
 
 // What a device brings to the ops besides its paths (path.h).
 struct Engine {

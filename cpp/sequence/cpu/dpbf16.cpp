@@ -68,6 +68,9 @@ void dpbf16_forward(
   at::Tensor cell = in.c0.to(at::kFloat).contiguous();
   const bool save = buffers.cells.defined();
   BFloat16* gates = buffers.gates.mutable_data_ptr<BFloat16>();
+  const float* projection = buffers.projection.defined()
+      ? buffers.projection.const_data_ptr<float>()
+      : nullptr;
   BFloat16* output = buffers.output.mutable_data_ptr<BFloat16>();
   BFloat16* cells = save ? buffers.cells.mutable_data_ptr<BFloat16>() : nullptr;
   const int64_t row_blocks = (B + bf16::kBlockRows - 1) / bf16::kBlockRows;
@@ -79,6 +82,7 @@ void dpbf16_forward(
     args.h = t == 0 ? h0_c.const_data_ptr<BFloat16>() : output + (t - 1) * BS;
     args.w = w.const_data_ptr<BFloat16>();
     args.z = gates + t * B * 3 * S;
+    args.z_f32 = projection != nullptr ? projection + t * B * 3 * S : nullptr;
     args.bias = bias_c.const_data_ptr<BFloat16>();
     args.cell = cell.mutable_data_ptr<float>();
     args.new_h = output + t * BS;
@@ -170,7 +174,11 @@ std::optional<Plan> plan(const Block& block, std::string* why_not) {
         "lacks or ATEN_CPU_CAPABILITY turns off";
     return std::nullopt;
   }
-  return Plan{};
+  // The projection's rounding to bfloat16 was the largest of the path's
+  // errors (docs/performance.md, "bfloat16 on AVX-512 BF16").
+  Plan plan;
+  plan.float32_projection = true;
+  return plan;
 }
 
 // Fitted by scripts/fit_cpu_paths.py --dtype bfloat16 (cpu/model.h).

@@ -1,8 +1,8 @@
 """The CPU's dpbf16 path (bfloat16 on AVX-512 BF16): its error against nn.LSTM's, its bits, its fallback.
 
 The conformance suite runs it at every kernel edge in bfloat16; here, what is
-its own: an error against the float64 reference no more than twice nn.LSTM's
-in bfloat16 on the same input, the same bits again at each thread count, and
+its own: an error against the float64 reference, outputs and gradients, no
+more than twice nn.LSTM's in bfloat16 on the same input, the same bits again at each thread count, and
 where the processor (or ATEN_CPU_CAPABILITY) has no AVX-512 BF16, a plan
 refused with the reason and `auto` running another path.
 """
@@ -73,12 +73,16 @@ def test_error_is_at_most_twice_nn_lstms(size: tuple[int, int, int, int]) -> Non
 
 @needs_the_path
 @pytest.mark.parametrize("size", ERROR_SIZES, ids=str)
-def test_gradients_error_is_near_nn_lstms(size: tuple[int, int, int, int]) -> None:
-    """The op stores the input's projection in bfloat16 before any path runs: ~2.1x at 64 steps."""
+def test_gradients_error_is_at_most_twice_nn_lstms(size: tuple[int, int, int, int]) -> None:
+    """With the projection in float32 (Plan::float32_projection): 0.6-1.0x nn.LSTM's.
+
+    Rounded to bfloat16, the projection gave 1.84x at 64,16,32,128 (2.1x in an earlier
+    run): the bound is the goal's 2x less a margin that such a build does not pass.
+    """
     ours = relative_errors(lltm.LLTMLayer, size, grads=True, path="dpbf16")
     steps = relative_errors(lltm.LLTMLayer, size, grads=True, path="steps")
     theirs = relative_errors(torch.nn.LSTM, size, grads=True)
-    assert max(ours) <= 2.5 * max(theirs), (ours, theirs)
+    assert max(ours) <= 1.5 * max(theirs), (ours, theirs)
     # And no worse than the steps path it replaces, which rounds c_t at every step.
     assert max(ours) <= max(steps), (ours, steps)
 
