@@ -296,7 +296,7 @@ def test_inference_sequence_json_and_table(capsys: pytest.CaptureFixture[str]) -
     assert paths["backward"] == []
     assert paths["forward"]
     assert set(paths["forward"]) <= KNOWN_PATHS
-    assert "/" not in rows["layer"]["path"]
+    assert " / " not in rows["layer"]["path"]
     assert "float32, inference" in report["summary"]["cpu"]["precisions"]
     # The table and its header say which mode ran.
     benchmark.main(

@@ -69,7 +69,10 @@ def test_path_label() -> None:
     def label(forward: list[str], backward: list[str]) -> str | None:
         return seq.path_label({"forward": forward, "backward": backward})
 
-    assert label(["fused", "fused"], ["onednn", "onednn"]) == "fused/onednn"
+    assert label(["fused", "fused"], ["onednn", "onednn"]) == "fused / onednn"
+    assert label(["fused/mma/16x16/coop"], ["cluster/simt/1x16"]) == (
+        "fused/mma/16x16/coop / cluster/simt/1x16"
+    )
     assert label(["steps"], ["steps"]) == "steps"
     assert label(["fused", "fused"], []) == "fused"  # inference: no backward
     assert label(["fused", "steps"], ["steps", "steps"]) == "fused+steps"

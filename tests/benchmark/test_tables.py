@@ -86,7 +86,7 @@ def test_packed_tables_from_known_rows() -> None:
 def test_sweep_tables_of_paths_off_grid_rows_and_inference() -> None:
     """From known rows: the grid's path tables, the off-grid list, titles and goals by mode."""
     rows = []
-    for t, b, path in ((2, 1, "steps"), (2, 8, "fused/onednn"), (4, 1, "onednn")):
+    for t, b, path in ((2, 1, "steps"), (2, 8, "fused / onednn"), (4, 1, "onednn")):
         rows += [
             sequence_row("layer", t, b, 1.0, 0.5) | {"path": path},
             sequence_row("nn.LSTM", t, b, 2.0, 1.0),
@@ -94,7 +94,7 @@ def test_sweep_tables_of_paths_off_grid_rows_and_inference() -> None:
     text = seq.format_sweep_tables(rows)
     assert (
         "| float32, F=3, S=4, path | B=1 | B=8 |\n|---|---:|---:|\n"
-        "| T=2 | steps | fused/onednn |\n| T=4 | onednn |  |" in text
+        "| T=2 | steps | fused / onednn |\n| T=4 | onednn |  |" in text
     )
     assert "forward + backward (the input and every parameter need grad)" in text
     # Off grid, in inference: a row per point with the figures as columns; no goal.

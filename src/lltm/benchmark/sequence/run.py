@@ -86,7 +86,8 @@ def _not_forced(path: str | None, ran: lltm.PathsThatRan) -> str | None:
 def path_label(paths: lltm.PathsThatRan | None) -> str | None:
     """The paths of :func:`lltm.paths_that_ran`, compactly, as the tables show them.
 
-    ``a/b``: every forward block ran path ``a``, every backward one ``b``;
+    ``a / b``: every forward block ran plan ``a``, every backward one ``b``
+    (spaced: a plan's own name has slashes, ``fused/mma/16x16/coop``);
     ``a``: both the same, or a forward alone (inference);
     where blocks ran different paths, their distinct names joined by ``+``
     (forward's first). None without paths; ``-`` where no block was marked.
@@ -98,7 +99,7 @@ def path_label(paths: lltm.PathsThatRan | None) -> str | None:
     if len(forward) > 1 or len(backward) > 1:
         return "+".join(dict.fromkeys(forward + backward))
     if forward and backward and forward != backward:
-        return f"{forward[0]}/{backward[0]}"
+        return f"{forward[0]} / {backward[0]}"
     return (forward or backward or ["-"])[0]
 
 
