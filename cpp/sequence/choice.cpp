@@ -158,6 +158,14 @@ Choice keep(const std::string& key, Choice&& choice) {
   return it->second;
 }
 
+// Drops the choice kept for `key`: one that names none of the candidates (a
+// stale line of the disk's cache) gives way to the one measured now.
+void forget(const std::string& key) {
+  Table& t = table();
+  const std::lock_guard<std::mutex> lock(t.mutex);
+  t.choices.erase(key);
+}
+
 void set_plan(const std::string& key, const std::string& plan) {
   Table& t = table();
   const std::lock_guard<std::mutex> lock(t.mutex);
@@ -187,6 +195,7 @@ Plan chosen(
       set_plan(key, plan->name());
       return std::move(*plan);
     }
+    forget(key);
   }
   const bool capturing = engine.capturing != nullptr && engine.capturing();
   const bool measuring = tuning_enabled();
@@ -335,6 +344,7 @@ size_t choose_library(
     if (const size_t i = index_of(kept->path); i < libraries.size()) {
       return i;
     }
+    forget(key);
   }
   if (libraries.size() == 1 || !tuning_enabled()) {
     keep(key, Choice{libraries[rule], libraries[rule], "rules", {}});

@@ -273,3 +273,19 @@ def test_paths_that_ran_names_the_tables_paths() -> None:
     assert len(ran["backward"]) == 2
     assert set(ran["forward"]) | set(ran["backward"]) <= set(CPU_PATHS)
     assert ran["cell"] == ran["cell_backward"] == []
+
+
+@pytest.mark.usefixtures("_fresh_choices")
+def test_a_stale_cached_path_is_measured_anew_and_replaced() -> None:
+    """A line of the disk's cache naming no path of the table (another version's) gives way, once."""
+    key = f"cpu|Float|inference|threads={torch.get_num_threads()}|T=30|B=4|F=5|S=24"
+    lltm._C._load_path_choices([(key, "retired")])
+    layer, x = layer_and_input((30, 3, 5, 24))
+    with torch.no_grad():
+        layer(x)
+    (choice,) = block_choices()
+    assert (choice["key"], choice["source"]) == (key, "measured")
+    assert choice["path"] in CPU_PATHS
+    with torch.no_grad():
+        layer(x)
+    assert block_choices() == [choice]

@@ -109,3 +109,17 @@ def test_dpbf16_projects_bfloat16_in_float32_through_the_measured_gemm(
     with torch.no_grad():
         layer(x.to(torch.bfloat16))
     assert set(gemm_choices()) == {PROJECTION}
+
+
+def test_a_stale_cached_library_is_measured_anew_and_replaced() -> None:
+    """A line of the disk's cache naming no library (another version's) gives way, once."""
+    _C._load_path_choices([(PROJECTION, "blas")])
+    layer, x = layer_and_input(SIZE)
+    with torch.no_grad():
+        layer(x)
+    projection = gemm_choices()[PROJECTION]
+    assert projection["source"] == "measured"
+    assert projection["path"] in ("aten", "onednn")
+    with torch.no_grad():
+        layer(x)
+    assert gemm_choices()[PROJECTION] == projection
