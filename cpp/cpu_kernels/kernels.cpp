@@ -112,8 +112,17 @@ constexpr bool kInlineExp = true;
 constexpr bool kInlineExp = false;
 #endif
 
+// The activations inline into the fused step's epilogue, always: out of
+// line (GCC chose so for tanh and expm1 once the step's rows were
+// unrolled), each call spilled the rows' live accumulators around it.
+#if defined(__GNUC__) || defined(__clang__)
+#define LLTM_ACTIVATION __attribute__((always_inline)) inline
+#else
+#define LLTM_ACTIVATION inline
+#endif
+
 template <typename V>
-V exp_fast(const V& x) {
+LLTM_ACTIVATION V exp_fast(const V& x) {
   using S = typename V::value_type;
   if constexpr (kInlineExp && std::is_same_v<S, float>) {
     // at::vec::clamp keeps NaN (x86's min and max return their second operand
@@ -138,7 +147,7 @@ V exp_fast(const V& x) {
 }
 
 template <typename V>
-V sigmoid(const V& z) {
+LLTM_ACTIVATION V sigmoid(const V& z) {
   const V one(1);
   return one / (one + exp_fast(z.neg()));
 }
@@ -148,7 +157,7 @@ V sigmoid(const V& z) {
 // Vectorized::tanh calls, costs about three exps; the forward and the
 // backward each take one tanh per element. double keeps Sleef's.
 template <typename V>
-V tanh(const V& x) {
+LLTM_ACTIVATION V tanh(const V& x) {
   using S = typename V::value_type;
   if constexpr (std::is_same_v<S, float>) {
     const V z = x * x;
@@ -170,7 +179,7 @@ V tanh(const V& x) {
 // 1 where that loses nothing (z < -0.5) and Taylor's degree-8 polynomial
 // above, inline for the same reason as exp; elsewhere at::vec's expm1.
 template <typename V>
-V expm1_negative(const V& z) {
+LLTM_ACTIVATION V expm1_negative(const V& z) {
   using S = typename V::value_type;
   if constexpr (kInlineExp && std::is_same_v<S, float>) {
     V p = at::vec::fmadd(V(1.0f / 40320), z, V(1.0f / 5040));
@@ -187,7 +196,7 @@ V expm1_negative(const V& z) {
 }
 
 template <typename V>
-V elu(const V& z) {
+LLTM_ACTIVATION V elu(const V& z) {
   return V::blendv(expm1_negative(z), z, z > V(0));
 }
 
