@@ -24,14 +24,6 @@ namespace {
 // vary from run to run (packing W_h into fresh memory, the host's launches),
 // cancel out.
 
-int64_t power_of_two_at_least(int64_t n) {
-  int64_t p = 1;
-  while (p < n) {
-    p *= 2;
-  }
-  return p;
-}
-
 // A kind of block, as a string: "cpu|Float|inference|threads=2|T=64|B=16|
 // F=32|S=128" (the disk cache's key, lltm/tuning.py).
 std::string key_of(const Engine& engine, const Block& block) {
@@ -327,41 +319,6 @@ std::optional<Plan> plan_for(
   return plan_of(*path, block, why_not);
 }
 
-size_t choose_library(
-    const std::string& key,
-    c10::ArrayRef<const char*> libraries,
-    size_t rule,
-    c10::function_ref<double(size_t)> time) {
-  const auto index_of = [&](const std::string& name) {
-    for (const auto i : c10::irange(libraries.size())) {
-      if (name == libraries[i]) {
-        return i;
-      }
-    }
-    return libraries.size();
-  };
-  if (std::optional<Choice> kept = kept_choice(key)) {
-    if (const size_t i = index_of(kept->path); i < libraries.size()) {
-      return i;
-    }
-    forget(key);
-  }
-  if (libraries.size() == 1 || !tuning_enabled()) {
-    keep(key, Choice{libraries[rule], libraries[rule], "rules", {}});
-    return rule;
-  }
-  Choice choice{"", "", "measured", {}};
-  size_t best = 0;
-  for (const auto i : c10::irange(libraries.size())) {
-    choice.times.emplace_back(libraries[i], time(i));
-    if (choice.times[i].second < choice.times[best].second) {
-      best = i;
-    }
-  }
-  choice.path = choice.plan = libraries[best];
-  return index_of(keep(key, std::move(choice)).path);
-}
-
 double time_steps(
     int64_t steps,
     int64_t timed,
@@ -394,12 +351,12 @@ at::Tensor made_up(
       .to(options);
 }
 
-// The best of three runs after a warm-up (the first run's allocations and
-// packed weights), on the engine's clock.
-double best_of_three(const Engine& engine, c10::function_ref<void()> run) {
+// The best of `runs` runs after a warm-up (the first run's allocations,
+// packed weights and the output's first pages), on the engine's clock.
+double best_of(const Engine& engine, int runs, c10::function_ref<void()> run) {
   run();
   double best = std::numeric_limits<double>::infinity();
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < runs; ++i) {
     best = std::min(best, engine.time_us(run));
   }
   return best;
@@ -425,8 +382,8 @@ double time_path(const Engine& engine, const Path& path, const Block& block) {
   // The runs are the choice's, not the caller's: a profiler sees none.
   const at::DisableRecordFunctionGuard unrecorded;
   if (!block.backward) {
-    return best_of_three(
-        engine, [&] { run_forward(p, input, in, engine, block.save, op); });
+    return best_of(
+        engine, 3, [&] { run_forward(p, input, in, engine, block.save, op); });
   }
   const auto [output, h_n, c_n, cells, gates] =
       run_forward(p, input, in, engine, /*save=*/true, op);
@@ -434,10 +391,57 @@ double time_path(const Engine& engine, const Path& path, const Block& block) {
       made_up({T, B, S}, 1.0, options);
   const BackwardInputs back{
       grad_output, std::nullopt, std::nullopt, weights, cells, gates};
-  return best_of_three(engine, [&] {
+  return best_of(engine, 3, [&] {
     run_backward(
         p, input, h0, output, back, {true, true, true, true, true}, engine);
   });
+}
+
+size_t choose_library(
+    const Engine& engine,
+    const std::string& key,
+    c10::ArrayRef<const char*> libraries,
+    size_t rule,
+    c10::function_ref<void(size_t)> run) {
+  const auto index_of = [&](const std::string& name) {
+    for (const auto i : c10::irange(libraries.size())) {
+      if (name == libraries[i]) {
+        return i;
+      }
+    }
+    return libraries.size();
+  };
+  if (std::optional<Choice> kept = kept_choice(key)) {
+    if (const size_t i = index_of(kept->path); i < libraries.size()) {
+      return i;
+    }
+    forget(key);
+  }
+  if (libraries.size() == 1 || !tuning_enabled()) {
+    keep(key, Choice{libraries[rule], libraries[rule], "rules", {}});
+    return rule;
+  }
+  Choice choice{"", "", "measured", {}};
+  size_t best = 0;
+  for (const auto i : c10::irange(libraries.size())) {
+    // A warm-up, then the best of two: each run is a whole GEMM over every
+    // step's rows.
+    choice.times.emplace_back(
+        libraries[i], best_of(engine, 2, [&] { run(i); }));
+    if (choice.times[i].second < choice.times[best].second) {
+      best = i;
+    }
+  }
+  choice.path = choice.plan = libraries[best];
+  return index_of(keep(key, std::move(choice)).path);
+}
+
+int64_t power_of_two_at_least(int64_t n) {
+  int64_t p = 1;
+  while (p < n) {
+    p *= 2;
+  }
+  return p;
 }
 
 std::vector<std::pair<std::string, Choice>> choices() {

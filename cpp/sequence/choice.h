@@ -48,14 +48,19 @@ std::optional<Plan> plan_for(
 
 // Of `libraries` (the ways to run one GEMM around the blocks, such as the
 // input's projection), the one kept for `key` ("cpu|Float|gemm|threads=2|
-// M=32768|K=30|N=180"), else the fastest by time(i), kept for the process
-// and on disk as a block's path is; where measuring is off,
-// libraries[rule]. Returns its index.
+// M=32768|K=30|N=180"), else the fastest of run(i) on `engine`'s clock (a
+// warm-up, then the best of two), kept for the process and on disk as a
+// block's path is; where measuring is off, libraries[rule]. Returns its
+// index.
 size_t choose_library(
+    const Engine& engine,
     const std::string& key,
     c10::ArrayRef<const char*> libraries,
     size_t rule,
-    c10::function_ref<double(size_t)> time);
+    c10::function_ref<void(size_t)> run);
+
+// The bucket of a size in a key: the power of two at or above n.
+int64_t power_of_two_at_least(int64_t n);
 
 // A block of `steps` steps' microseconds from time(n), the microseconds of
 // n steps: timed as it is up to `timed` steps, else extrapolated from

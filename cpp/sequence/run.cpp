@@ -72,14 +72,8 @@ at::Tensor engine_mm(
     const at::Tensor& a,
     const at::Tensor& b,
     const at::Tensor& out = at::Tensor()) {
-  if (engine.mm != nullptr) {
-    return engine.mm(a, b, out);
-  }
-  if (!out.defined()) {
-    return at::mm(a, b);
-  }
-  at::Tensor o = out;
-  return at::mm_out(o, a, b);
+  return engine.mm != nullptr ? engine.mm(engine, a, b, out)
+                              : aten_mm(a, b, out);
 }
 
 // A block with no rows or no state: nothing for a path to compute.
@@ -118,6 +112,17 @@ StateGrads backward_block(
 }
 
 } // namespace
+
+at::Tensor aten_mm(
+    const at::Tensor& a,
+    const at::Tensor& b,
+    const at::Tensor& out) {
+  if (!out.defined()) {
+    return at::mm(a, b);
+  }
+  at::Tensor o = out;
+  return at::mm_out(o, a, b);
+}
 
 at::Tensor* PackedWeights::layout(const void* owner, int index) {
   for (Layout& l : layouts_) {

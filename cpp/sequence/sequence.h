@@ -266,10 +266,20 @@ struct Engine {
       const at::TensorOptions& options);
   // a b (a [M, K], b [K, N]), into `out` where it is defined: the GEMMs
   // around the blocks (the input's projection, d_input), by the library the
-  // backend measured fastest for the shape (nullptr: at::mm).
-  at::Tensor (
-      *mm)(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out);
+  // backend measured fastest for the shape on this engine (nullptr: at::mm).
+  at::Tensor (*mm)(
+      const Engine& engine,
+      const at::Tensor& a,
+      const at::Tensor& b,
+      const at::Tensor& out);
 };
+
+// a b (a [M, K], b [K, N]) by at::mm, into `out` where it is defined: the
+// GEMM of an engine without Engine::mm, and one of the CPU's candidates.
+at::Tensor aten_mm(
+    const at::Tensor& a,
+    const at::Tensor& b,
+    const at::Tensor& out);
 
 // The ops on a backend.
 ForwardResult run_forward(

@@ -110,13 +110,6 @@ at::Tensor cpu_scratch(
   return bytes_of.narrow(0, 0, bytes).view(dtype).view(sizes);
 }
 
-at::Tensor cpu_mm(
-    const at::Tensor& a,
-    const at::Tensor& b,
-    const at::Tensor& out) {
-  return cpu_paths::mm(cpu_context(), a, b, out);
-}
-
 constexpr Engine kCpuEngine{
     c10::DeviceType::CPU,
     &cpu_context,
@@ -127,7 +120,7 @@ constexpr Engine kCpuEngine{
     &cpu_min_segment_steps,
     &cpu_indices,
     &cpu_scratch,
-    &cpu_mm};
+    &cpu_paths::mm};
 const EngineRegistration kRegistration{kCpuEngine};
 
 struct Cpu {

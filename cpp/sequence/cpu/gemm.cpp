@@ -13,12 +13,7 @@
 #include "cpp/sequence/choice.h"
 #include "cpp/sequence/cpu/onednn.h"
 
-#include <ATen/ops/mm.h>
-
-#include <algorithm>
 #include <array>
-#include <chrono>
-#include <limits>
 
 namespace lltm::sequence::cpu_paths {
 namespace {
@@ -30,14 +25,6 @@ constexpr size_t kOneDnn = 1;
 // A GEMM of fewer multiply-adds than this takes tens of microseconds
 // whichever library runs it: at::mm, unmeasured.
 constexpr int64_t kMeasuredMacs = int64_t(1) << 20;
-
-int64_t power_of_two_at_least(int64_t n) {
-  int64_t p = 1;
-  while (p < n) {
-    p *= 2;
-  }
-  return p;
-}
 
 // oneDNN's ops where it can run the GEMM and the choice is worth its
 // measuring: float32 (its 16-bit matmuls need processor features that
@@ -57,11 +44,7 @@ at::Tensor run(
     const at::Tensor& b,
     const at::Tensor& out) {
   if (library == kAten) {
-    if (!out.defined()) {
-      return at::mm(a, b);
-    }
-    at::Tensor o = out;
-    return at::mm_out(o, a, b);
+    return aten_mm(a, b, out);
   }
   // A linear layer's weight is [out, in], b^T, reordered into oneDNN's
   // blocked layout for M rows.
@@ -76,18 +59,10 @@ at::Tensor run(
   return out.defined() ? out.copy_(result) : result;
 }
 
-double time_us(c10::function_ref<void()> body) {
-  const auto start = std::chrono::steady_clock::now();
-  body();
-  const std::chrono::duration<double, std::micro> took =
-      std::chrono::steady_clock::now() - start;
-  return took.count();
-}
-
 } // namespace
 
 at::Tensor mm(
-    const std::string& context,
+    const Engine& engine,
     const at::Tensor& a,
     const at::Tensor& b,
     const at::Tensor& out) {
@@ -95,22 +70,15 @@ at::Tensor mm(
   if (ops == nullptr) {
     return run(kAten, nullptr, a, b, out);
   }
-  const int64_t M = a.size(0);
   const std::string key = std::string("cpu|") + c10::toString(a.scalar_type()) +
-      "|gemm|" + context + "|M=" + std::to_string(power_of_two_at_least(M)) +
+      "|gemm|" + engine.context() +
+      "|M=" + std::to_string(choice::power_of_two_at_least(a.size(0))) +
       "|K=" + std::to_string(a.size(1)) + "|N=" + std::to_string(b.size(1));
-  const size_t library =
-      choice::choose_library(key, kLibraries, kOneDnn, [&](size_t candidate) {
-        // The whole GEMM: MKL's time per row changes with M (on an AMD EPYC
-        // at one thread, 23,010 rows take 3-10x what 8,192 do). A warm-up
-        // (the output's first pages), then the best of two.
+  // Timed on the whole GEMM: MKL's time per row changes with M (on an AMD
+  // EPYC at one thread, 23,010 rows take 3-10x what 8,192 do).
+  const size_t library = choice::choose_library(
+      engine, key, kLibraries, kOneDnn, [&](size_t candidate) {
         run(candidate, ops, a, b, out);
-        double best = std::numeric_limits<double>::infinity();
-        for (int i = 0; i < 2; ++i) {
-          best =
-              std::min(best, time_us([&] { run(candidate, ops, a, b, out); }));
-        }
-        return best;
       });
   return run(library, ops, a, b, out);
 }
