@@ -112,17 +112,18 @@ constexpr bool kInlineExp = true;
 constexpr bool kInlineExp = false;
 #endif
 
-// The activations inline into the fused step's epilogue, always: out of
-// line (GCC chose so for tanh and expm1 once the step's rows were
-// unrolled), each call spilled the rows' live accumulators around it.
+// What the fused step calls inlines into it, always: out of line (GCC chose
+// so for tanh and expm1 once the step's rows were unrolled, and for the
+// step's GEMM, called twice), each call spilled or kept the rows' live
+// accumulators in memory.
 #if defined(__GNUC__) || defined(__clang__)
-#define LLTM_ACTIVATION __attribute__((always_inline)) inline
+#define LLTM_ALWAYS_INLINE __attribute__((always_inline)) inline
 #else
-#define LLTM_ACTIVATION inline
+#define LLTM_ALWAYS_INLINE inline
 #endif
 
 template <typename V>
-LLTM_ACTIVATION V exp_fast(const V& x) {
+LLTM_ALWAYS_INLINE V exp_fast(const V& x) {
   using S = typename V::value_type;
   if constexpr (kInlineExp && std::is_same_v<S, float>) {
     // at::vec::clamp keeps NaN (x86's min and max return their second operand
@@ -147,7 +148,7 @@ LLTM_ACTIVATION V exp_fast(const V& x) {
 }
 
 template <typename V>
-LLTM_ACTIVATION V sigmoid(const V& z) {
+LLTM_ALWAYS_INLINE V sigmoid(const V& z) {
   const V one(1);
   return one / (one + exp_fast(z.neg()));
 }
@@ -157,7 +158,7 @@ LLTM_ACTIVATION V sigmoid(const V& z) {
 // Vectorized::tanh calls, costs about three exps; the forward and the
 // backward each take one tanh per element. double keeps Sleef's.
 template <typename V>
-LLTM_ACTIVATION V tanh(const V& x) {
+LLTM_ALWAYS_INLINE V tanh(const V& x) {
   using S = typename V::value_type;
   if constexpr (std::is_same_v<S, float>) {
     const V z = x * x;
@@ -179,7 +180,7 @@ LLTM_ACTIVATION V tanh(const V& x) {
 // 1 where that loses nothing (z < -0.5) and Taylor's degree-8 polynomial
 // above, inline for the same reason as exp; elsewhere at::vec's expm1.
 template <typename V>
-LLTM_ACTIVATION V expm1_negative(const V& z) {
+LLTM_ALWAYS_INLINE V expm1_negative(const V& z) {
   using S = typename V::value_type;
   if constexpr (kInlineExp && std::is_same_v<S, float>) {
     V p = at::vec::fmadd(V(1.0f / 40320), z, V(1.0f / 5040));
@@ -196,7 +197,7 @@ LLTM_ACTIVATION V expm1_negative(const V& z) {
 }
 
 template <typename V>
-LLTM_ACTIVATION V elu(const V& z) {
+LLTM_ALWAYS_INLINE V elu(const V& z) {
   return V::blendv(expm1_negative(z), z, z > V(0));
 }
 
@@ -313,6 +314,31 @@ void run_tasks(const Args& a, int64_t begin, int64_t end) {
   }
 }
 
+// acc += kRows rows of m ([kRows, K], dense) times a panel's rows [0, K)
+// from w.
+template <int kRows>
+LLTM_ALWAYS_INLINE void multiply(
+    Vec<float> (&acc)[kRows][3],
+    const float* m,
+    int64_t K,
+    const float* w) {
+  using V = Vec<float>;
+  constexpr int64_t kWidth = V::size();
+  for (int64_t k = 0; k < K; ++k) {
+    const float* wk = w + k * 3 * kWidth;
+    const V w_i = V::loadu(wk);
+    const V w_o = V::loadu(wk + kWidth);
+    const V w_c = V::loadu(wk + 2 * kWidth);
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) {
+      const V x(m[r * K + k]);
+      acc[r][0] = at::vec::fmadd(x, w_i, acc[r][0]);
+      acc[r][1] = at::vec::fmadd(x, w_o, acc[r][1]);
+      acc[r][2] = at::vec::fmadd(x, w_c, acc[r][2]);
+    }
+  }
+}
+
 // Rows [row, row + kRows) of panel p: the GEMM over k, then the cell's
 // forward on the accumulators.
 template <int kRows>
@@ -320,25 +346,17 @@ void fused_panel(const FusedStepArgs<float>& a, int64_t p, int64_t row) {
   using V = Vec<float>;
   constexpr int64_t kWidth = V::size();
   const int64_t S = a.state;
-  const float* w = a.w + p * S * 3 * kWidth;
-  const float* h = a.h + row * S;
   V acc[kRows][3];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
     acc[r][0] = acc[r][1] = acc[r][2] = V(0.0f);
   }
-  for (int64_t k = 0; k < S; ++k) {
-    const float* wk = w + k * 3 * kWidth;
-    const V w_i = V::loadu(wk);
-    const V w_o = V::loadu(wk + kWidth);
-    const V w_c = V::loadu(wk + 2 * kWidth);
-#pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
-      const V x(h[r * S + k]);
-      acc[r][0] = at::vec::fmadd(x, w_i, acc[r][0]);
-      acc[r][1] = at::vec::fmadd(x, w_o, acc[r][1]);
-      acc[r][2] = at::vec::fmadd(x, w_c, acc[r][2]);
-    }
+  const int64_t K = S + (a.x != nullptr ? a.features : 0);
+  const float* w = a.w + p * K * 3 * kWidth;
+  multiply<kRows>(acc, a.h + row * S, S, w);
+  if (a.x != nullptr) {
+    multiply<kRows>(
+        acc, a.x + row * a.features, a.features, w + S * 3 * kWidth);
   }
   const int64_t s = p * kWidth;
   const int64_t n = std::min(kWidth, S - s);
@@ -348,10 +366,18 @@ void fused_panel(const FusedStepArgs<float>& a, int64_t p, int64_t row) {
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
     const int64_t b = row + r;
-    const float* z = a.z + b * 3 * S;
-    const V i = sigmoid(acc[r][0] + load(z + s, n) + b_i);
-    const V o = sigmoid(acc[r][1] + load(z + S + s, n) + b_o);
-    const V g = elu(acc[r][2] + load(z + 2 * S + s, n) + b_c);
+    V z_i = acc[r][0];
+    V z_o = acc[r][1];
+    V z_c = acc[r][2];
+    if (a.z != nullptr) {
+      const float* z = a.z + b * 3 * S;
+      z_i = z_i + load(z + s, n);
+      z_o = z_o + load(z + S + s, n);
+      z_c = z_c + load(z + 2 * S + s, n);
+    }
+    const V i = sigmoid(z_i + b_i);
+    const V o = sigmoid(z_o + b_o);
+    const V g = elu(z_c + b_c);
     const V c = load(a.old_cell + b * S + s, n) + g * i;
     store(a.new_cell + b * S + s, c, n);
     store(a.new_h + b * S + s, tanh(c) * o, n);

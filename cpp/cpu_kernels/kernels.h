@@ -27,19 +27,24 @@ template <typename T>
 using BackwardArgs = kernels::BackwardArgs<T, at::opmath_type<T>>;
 
 // One step of a sequence's forward with its recurrent GEMM fused in:
-// Z = z + h W_h^T + bias, then the forward's math on Z, without Z ever
-// leaving registers. W_h^T comes in panels of `panel_width` state units (the
-// kernel's vector width): panel p holds, for k in [0, state), the rows k of
-// the three gates' columns of its units, [panels, state, 3, panel_width]
-// (zeros past the state's end), so that a panel's units are one vector of
-// each gate. The work is (panel, block of `block_rows` rows) tasks, task i
-// being panel i / row_blocks, rows block i % row_blocks: a thread that runs
-// the same range of tasks at every step keeps its panels in its cache.
+// Z = z + h W_h^T + bias, or with x given Z = [h | x] W^T + bias (the input's
+// projection in the step too), then the forward's math on Z, without Z ever
+// leaving registers. W^T comes in panels of `panel_width` state units (the
+// kernel's vector width): panel p holds, for k in [0, K), the rows k of the
+// three gates' columns of its units, [panels, K, 3, panel_width] (zeros past
+// the state's end), so that a panel's units are one vector of each gate; K
+// is state (W_h^T), or state + features with x (W^T). The work is (panel,
+// block of `block_rows` rows) tasks, task i being panel i / row_blocks, rows
+// block i % row_blocks: a thread that runs the same range of tasks at every
+// step keeps its panels in its cache.
 template <typename T>
 struct FusedStepArgs {
   const T* h; // h_{t-1}: [batch, state], dense
-  const T* w; // W_h^T's panels
-  const T* z; // the input projection: [batch, 3 * state], dense
+  const T* w; // W_h^T's or W^T's panels
+  // The input projection: [batch, 3 * state], dense; nullptr with x.
+  const T* z;
+  const T* x; // x_t: [batch, features], dense, or nullptr
+  int64_t features; // x's
   const T* bias; // [3 * state]
   const T* old_cell; // [batch, state], dense
   T* new_h; // [batch, state], dense

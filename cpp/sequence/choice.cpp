@@ -283,6 +283,14 @@ Plan plan_block(const Engine& engine, const Block& block, const char* op) {
   }
   std::vector<Plan> plans;
   for (const Path* path : paths(engine.device)) {
+    // Paths that share a backward (fused_input runs fused's) are one
+    // candidate there, the first by rank.
+    if (block.backward &&
+        std::any_of(plans.begin(), plans.end(), [&](const Plan& other) {
+          return other.path->backward == path->backward;
+        })) {
+      continue;
+    }
     if (std::optional<Plan> plan = plan_of(*path, block, &why_not)) {
       plans.push_back(std::move(*plan));
     }

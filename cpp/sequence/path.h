@@ -47,6 +47,9 @@ struct Plan {
   // whose steps accumulate in float32): run_forward computes it so, into
   // ForwardBuffers::projection, rather than rounded into gates.
   bool float32_projection = false;
+  // The path's steps add the input's projection themselves, from
+  // ForwardBuffers::input: run_forward runs no GEMM for the block.
+  bool input_in_steps = false;
 
   // "fused/held", or the path's name where it has one way.
   std::string name() const;

@@ -234,10 +234,12 @@ ForwardResult run_forward(
     const at::Tensor out_d = work_output.select(0, d);
     const std::vector<Segment>& segments = steps.segments();
     // Each block's plan before the projection, which a plan may ask for in
-    // float32; std::nullopt for a block with nothing to compute.
+    // float32, or run in its steps; std::nullopt for a block with nothing to
+    // compute.
     std::vector<std::optional<Plan>> plans;
     bool float32_projection = false;
     bool rounded_projection = false;
+    bool input_in_steps = false;
     for (const Segment& s : segments) {
       const Sizes sizes{s.steps, s.batch, F, S};
       if (empty(sizes)) {
@@ -246,10 +248,13 @@ ForwardResult run_forward(
       }
       plans.push_back(
           choice::plan_block(engine, {sizes, dtype, false, save}, op));
-      (plans.back()->float32_projection ? float32_projection
-                                        : rounded_projection) = true;
+      const Plan& plan = *plans.back();
+      (plan.input_in_steps           ? input_in_steps
+           : plan.float32_projection ? float32_projection
+                                     : rounded_projection) = true;
     }
-    // The input projection of every step: one GEMM over the work rows.
+    // The input projection of every step, unless every block's plan runs it
+    // in its steps: one GEMM over the work rows.
     const at::Tensor x = (p.packed ? to_work(input, steps, *idx, d)
                                    : (d == 0 ? input : input.flip(0)))
                              .reshape({W, F});
@@ -265,9 +270,10 @@ ForwardResult run_forward(
       if (rounded_projection) {
         gates_d.copy_(projection);
       }
-    } else {
+    } else if (rounded_projection) {
       engine_mm(engine, x, weights_x(w, S).t(), gates_d);
     }
+    const at::Tensor x_dense = input_in_steps ? x.contiguous() : at::Tensor();
     const at::Tensor h_scratch =
         scratch ? at::empty({B, S}, options) : at::Tensor();
     const at::Tensor c_scratch =
@@ -287,6 +293,9 @@ ForwardResult run_forward(
       }
       if (plans[i]->float32_projection) {
         b.projection = block(projection, s);
+      }
+      if (plans[i]->input_in_steps) {
+        b.input = block(x_dense, s);
       }
       b.h_n = scratch ? h_scratch.narrow(0, 0, s.batch) : h_n_d;
       b.c_n = scratch ? c_scratch.narrow(0, 0, s.batch) : c_n_d;

@@ -133,6 +133,9 @@ struct ForwardBuffers {
   // The projection in float32, [T, B, 3S], where the block's plan asked for
   // it (Plan::float32_projection); gates then hold no projection.
   at::Tensor projection;
+  // The block's input, [T, B, F], dense, where its plan adds the projection
+  // in its steps (Plan::input_in_steps); gates then hold no projection.
+  at::Tensor input;
 };
 
 // W_h^T ([S, 3S]) and W_h ([3S, S]) copied dense, for the loops whose

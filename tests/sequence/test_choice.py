@@ -117,10 +117,14 @@ def test_the_first_block_of_a_kind_measures_every_candidate() -> None:
         f"cpu|Float|forward|threads={torch.get_num_threads()}|T=64|B=4|F=5|S=24",
         f"cpu|Float|backward|threads={torch.get_num_threads()}|T=64|B=4|F=5|S=24",
     }
-    for c in choices.values():
+    for key, c in choices.items():
         assert c["source"] == "measured"
         names = [name for name, _ in c["times_us"]]
-        assert names == [p for p in CPU_PATHS if (p != "onednn" or ONEDNN) and p != "dpbf16"]
+        candidates = [p for p in CPU_PATHS if (p != "onednn" or ONEDNN) and p != "dpbf16"]
+        if "|backward|" in key:
+            # fused_input's backward is fused's: one candidate.
+            candidates.remove("fused_input")
+        assert names == candidates
         assert all(t > 0 for _, t in c["times_us"])
         fastest = min(c["times_us"], key=lambda nt: nt[1])[0]
         assert c["path"] == fastest
@@ -154,7 +158,7 @@ def test_without_tuning_the_model_chooses(
 
 
 # Sizes whose model estimates rank each CPU path first (LLTM_TUNING=0).
-RANKED_SIZES = [(30, 2, 5, 24), (20, 1, 8, 512), (100, 8, 64, 512), (64, 16, 32, 128)]
+RANKED_SIZES = [(30, 2, 5, 24), (20, 1, 8, 512), (1, 1, 16, 512), (1, 1, 5, 64)]
 
 
 def auto_inference(

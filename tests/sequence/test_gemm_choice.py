@@ -29,7 +29,9 @@ D_INPUT = f"cpu|Float|gemm|threads={THREADS}|M=1024|K=288|N=64"
 
 
 @pytest.fixture(autouse=True)
-def _fresh_choices() -> Iterator[None]:
+def _fresh_choices(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # A path whose blocks read the projection (fused_input's run it in their steps).
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "steps")
     lltm.clear_path_choices()
     yield
     lltm.clear_path_choices()

@@ -2,100 +2,27 @@
 // block of rows of a panel of W_h^T's columns and the cell on them
 // (cpp/cpu_kernels/kernels.cpp, FusedStepArgs): no GEMM library and no
 // pointwise pass, and each thread runs the same panels at every step, from
-// its own cache. float32 alone.
+// its own cache. float32 alone. The loops here serve fused_input too
+// (fused.h).
+#include "cpp/sequence/cpu/fused.h"
+
 #include "cpp/sequence/cpu/loops.h"
 #include "cpp/sequence/cpu/model.h"
-#include "cpp/sequence/path.h"
 
 namespace lltm::sequence::cpu_paths {
+namespace fused {
 namespace {
 
-// Where this path keeps its panels of W_h (PackedWeights::layout).
-constexpr char kLayouts = 0;
-
-// W_h^T in panels of `width` state units: [panels, S, 3, width], zeros past
-// the state's end; one pass, a panel per task.
-at::Tensor fused_panels(const at::Tensor& weights, int64_t S, int64_t width) {
-  const int64_t panels = (S + width - 1) / width;
-  at::Tensor out = at::empty({panels, S, 3, width}, weights.options());
-  const float* w = weights.const_data_ptr<float>();
-  const int64_t row = weights.stride(0);
-  const int64_t col = weights.stride(1);
-  float* o = out.mutable_data_ptr<float>();
-  at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      for (int64_t k = 0; k < S; ++k) {
-        for (int64_t g = 0; g < 3; ++g) {
-          float* dst = o + ((p * S + k) * 3 + g) * width;
-          for (int64_t j = 0; j < width; ++j) {
-            const int64_t unit = p * width + j;
-            dst[j] = unit < S ? w[(g * S + unit) * row + k * col] : 0.0f;
-          }
-        }
-      }
-    }
-  });
-  return out;
-}
+// Where the reverse loop keeps its panels of W_h (PackedWeights::layout).
+constexpr char kBackwardLayout = 0;
 
 // A task (a block of rows of one panel) of fewer multiply-adds than this is
 // not worth a thread of its own.
 constexpr int64_t kTaskMacs = int64_t(1) << 15;
 
-void fused_forward(
-    const Plan& /*plan*/,
-    const Sizes& sizes,
-    const ForwardInputs& in,
-    ForwardBuffers& buffers) {
-  const int64_t steps = sizes.steps;
-  const int64_t B = sizes.batch;
-  const int64_t S = sizes.state_size;
-  const int64_t BS = B * S;
-  const auto& k = cpu::best_kernels<float>();
-  const at::Tensor panels = kept(
-      in.packed != nullptr ? in.packed->layout(&kLayouts, 0) : nullptr,
-      [&] { return fused_panels(in.weights, S, k.panel_width); });
-  const at::Tensor bias_c = in.bias.contiguous();
-  const at::Tensor h0_c = in.h0.contiguous();
-  const at::Tensor c0_c = in.c0.contiguous();
-  const bool save = buffers.cells.defined();
-  float* gates = buffers.gates.mutable_data_ptr<float>();
-  float* output = buffers.output.mutable_data_ptr<float>();
-  float* cells = save ? buffers.cells.mutable_data_ptr<float>() : nullptr;
-  float* c_n = buffers.c_n.mutable_data_ptr<float>();
-  const int64_t row_blocks = (B + k.block_rows - 1) / k.block_rows;
-  const int64_t tasks = (S + k.panel_width - 1) / k.panel_width * row_blocks;
-  const int64_t grain =
-      std::max<int64_t>(1, kTaskMacs / (k.block_rows * 3 * k.panel_width * S));
-  for (int64_t t = 0; t < steps; ++t) {
-    cpu::FusedStepArgs<float> args{};
-    args.h = t == 0 ? h0_c.const_data_ptr<float>() : output + (t - 1) * BS;
-    args.w = panels.const_data_ptr<float>();
-    args.z = gates + t * B * 3 * S;
-    args.bias = bias_c.const_data_ptr<float>();
-    // Without saving, c_t is written over c_{t-1} in c_n.
-    args.old_cell = t == 0 ? c0_c.const_data_ptr<float>()
-                           : (save ? cells + (t - 1) * BS : c_n);
-    args.new_h = output + t * BS;
-    args.new_cell = save ? cells + t * BS : c_n;
-    // [i | o | g] over the step's projection, element for element.
-    args.activations = save ? gates + t * B * 3 * S : nullptr;
-    args.batch = B;
-    args.state = S;
-    at::parallel_for(0, tasks, grain, [&](int64_t begin, int64_t end) {
-      k.fused_step(args, begin, end);
-    });
-  }
-  float* h_n = buffers.h_n.mutable_data_ptr<float>();
-  std::copy(output + (steps - 1) * BS, output + steps * BS, h_n);
-  if (save) {
-    std::copy(cells + (steps - 1) * BS, cells + steps * BS, c_n);
-  }
-}
-
 // W_h in panels of `width` state units: [panels, 3S, width], zeros past
 // the state's end; one pass, a panel per task.
-at::Tensor fused_backward_panels(
+at::Tensor backward_panels(
     const at::Tensor& weights,
     int64_t S,
     int64_t width) {
@@ -119,10 +46,93 @@ at::Tensor fused_backward_panels(
   return out;
 }
 
-// The reverse loop: per step one parallel region of tasks that each run the
-// recurrent GEMM of a block of rows and a panel of units and the cell's
-// backward on them (cpp/cpu_kernels/kernels.cpp, FusedBackwardStepArgs).
-StateGrads fused_backward(
+} // namespace
+
+at::Tensor forward_panels(
+    const at::Tensor& weights,
+    int64_t S,
+    int64_t K,
+    int64_t width) {
+  const int64_t panels = (S + width - 1) / width;
+  at::Tensor out = at::empty({panels, K, 3, width}, weights.options());
+  const float* w = weights.const_data_ptr<float>();
+  const int64_t row = weights.stride(0);
+  const int64_t col = weights.stride(1);
+  float* o = out.mutable_data_ptr<float>();
+  at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      for (int64_t k = 0; k < K; ++k) {
+        for (int64_t g = 0; g < 3; ++g) {
+          float* dst = o + ((p * K + k) * 3 + g) * width;
+          for (int64_t j = 0; j < width; ++j) {
+            const int64_t unit = p * width + j;
+            dst[j] = unit < S ? w[(g * S + unit) * row + k * col] : 0.0f;
+          }
+        }
+      }
+    }
+  });
+  return out;
+}
+
+void forward_steps(
+    const Sizes& sizes,
+    const ForwardInputs& in,
+    ForwardBuffers& buffers,
+    const at::Tensor& panels,
+    const at::Tensor& input) {
+  const int64_t steps = sizes.steps;
+  const int64_t B = sizes.batch;
+  const int64_t F = sizes.input_features;
+  const int64_t S = sizes.state_size;
+  const int64_t BS = B * S;
+  const int64_t K = S + (input.defined() ? F : 0);
+  const auto& k = cpu::best_kernels<float>();
+  const at::Tensor bias_c = in.bias.contiguous();
+  const at::Tensor h0_c = in.h0.contiguous();
+  const at::Tensor c0_c = in.c0.contiguous();
+  const bool save = buffers.cells.defined();
+  const float* x = input.defined() ? input.const_data_ptr<float>() : nullptr;
+  float* gates = buffers.gates.mutable_data_ptr<float>();
+  float* output = buffers.output.mutable_data_ptr<float>();
+  float* cells = save ? buffers.cells.mutable_data_ptr<float>() : nullptr;
+  float* c_n = buffers.c_n.mutable_data_ptr<float>();
+  const int64_t row_blocks = (B + k.block_rows - 1) / k.block_rows;
+  const int64_t tasks = (S + k.panel_width - 1) / k.panel_width * row_blocks;
+  const int64_t grain =
+      std::max<int64_t>(1, kTaskMacs / (k.block_rows * 3 * k.panel_width * K));
+  for (int64_t t = 0; t < steps; ++t) {
+    cpu::FusedStepArgs<float> args{};
+    args.h = t == 0 ? h0_c.const_data_ptr<float>() : output + (t - 1) * BS;
+    args.w = panels.const_data_ptr<float>();
+    if (x != nullptr) {
+      args.x = x + t * B * F;
+      args.features = F;
+    } else {
+      args.z = gates + t * B * 3 * S;
+    }
+    args.bias = bias_c.const_data_ptr<float>();
+    // Without saving, c_t is written over c_{t-1} in c_n.
+    args.old_cell = t == 0 ? c0_c.const_data_ptr<float>()
+                           : (save ? cells + (t - 1) * BS : c_n);
+    args.new_h = output + t * BS;
+    args.new_cell = save ? cells + t * BS : c_n;
+    // [i | o | g] over the step's projection, element for element.
+    args.activations = save ? gates + t * B * 3 * S : nullptr;
+    args.batch = B;
+    args.state = S;
+    at::parallel_for(0, tasks, grain, [&](int64_t begin, int64_t end) {
+      k.fused_step(args, begin, end);
+    });
+  }
+  float* h_n = buffers.h_n.mutable_data_ptr<float>();
+  std::copy(output + (steps - 1) * BS, output + steps * BS, h_n);
+  if (save) {
+    std::copy(cells + (steps - 1) * BS, cells + steps * BS, c_n);
+  }
+}
+
+StateGrads backward(
     const Plan& /*plan*/,
     const Sizes& sizes,
     const BackwardInputs& in,
@@ -136,8 +146,8 @@ StateGrads fused_backward(
   const int64_t BS = B * S;
   const auto& k = cpu::best_kernels<float>();
   const at::Tensor panels = kept(
-      in.packed != nullptr ? in.packed->layout(&kLayouts, 1) : nullptr,
-      [&] { return fused_backward_panels(in.weights, S, k.panel_width); });
+      in.packed != nullptr ? in.packed->layout(&kBackwardLayout, 0) : nullptr,
+      [&] { return backward_panels(in.weights, S, k.panel_width); });
   const auto options = in.gates.options();
   // dc_t, in turns: step t reads dc_t and writes dc_{t-1}.
   const std::array<at::Tensor, 2> dc{
@@ -183,6 +193,27 @@ StateGrads fused_backward(
   return {dc[0], std::nullopt};
 }
 
+} // namespace fused
+
+namespace {
+
+// Where this path keeps its panels of W_h^T (PackedWeights::layout).
+constexpr char kLayouts = 0;
+
+void fused_forward(
+    const Plan& /*plan*/,
+    const Sizes& sizes,
+    const ForwardInputs& in,
+    ForwardBuffers& buffers) {
+  const int64_t S = sizes.state_size;
+  const at::Tensor panels = kept(
+      in.packed != nullptr ? in.packed->layout(&kLayouts, 0) : nullptr, [&] {
+        return fused::forward_panels(
+            in.weights, S, S, cpu::best_kernels<float>().panel_width);
+      });
+  fused::forward_steps(sizes, in, buffers, panels, at::Tensor());
+}
+
 std::optional<Plan> plan(const Block& block, std::string* why_not) {
   if (block.dtype != at::kFloat) {
     *why_not = "float32 only (its kernels are float's alone)";
@@ -193,9 +224,9 @@ std::optional<Plan> plan(const Block& block, std::string* why_not) {
 
 // Fitted by scripts/fit_cpu_paths.py (cpu/model.h).
 constexpr Costs kCosts{
-    {2935.0, 1.85, 9523.6, 15649.2},
-    {1763.5, 1.19, 2504.3, 19552.6},
-    {3035.6, 2.85, 16207.9, 31038.8}};
+    {2431.7, 3.57, 18863.9, 18254.8},
+    {3369.4, 2.02, 17648.6, 20685.4},
+    {3746.8, 5.20, 31457.9, 38258.3}};
 
 double estimate(const Block& block) {
   return estimate_us(kCosts, block);
@@ -209,7 +240,7 @@ const Path kFused{
     nullptr,
     &estimate,
     &fused_forward,
-    &fused_backward};
+    &fused::backward};
 
 } // namespace
 

@@ -92,9 +92,9 @@ std::optional<Plan> plan(const Block& block, std::string* why_not) {
 
 // Fitted by scripts/fit_cpu_paths.py (cpu/model.h).
 constexpr Costs kCosts{
-    {2079.4, 17.19, 5259.5, 16835.2},
-    {1844.7, 17.23, 6139.1, 16459.7},
-    {4381.4, 13.89, 17782.9, 30611.9}};
+    {1872.6, 24.10, 17454.7, 23243.8},
+    {1835.7, 23.66, 21919.4, 25981.2},
+    {5419.1, 21.72, 31470.3, 42450.2}};
 
 double estimate(const Block& block) {
   return estimate_us(kCosts, block);

@@ -43,9 +43,9 @@ std::optional<Plan> plan(const Block& /*block*/, std::string* /*why_not*/) {
 
 // Fitted by scripts/fit_cpu_paths.py (cpu/model.h).
 constexpr Costs kCosts{
-    {2078.0, 2.47, 22040.4, 15132.6},
-    {2196.2, 2.79, 20620.9, 17126.1},
-    {2794.1, 4.84, 36970.0, 29335.2}};
+    {3574.8, 3.47, 29136.0, 21337.4},
+    {4165.2, 3.79, 25201.5, 23540.5},
+    {4518.5, 7.78, 49991.3, 37720.9}};
 
 double estimate(const Block& block) {
   return estimate_us(kCosts, block);
