@@ -42,9 +42,9 @@
 
 namespace lltm::cpu::bf16 {
 
-int64_t forward_panels_numel(int64_t state) {
+int64_t forward_panels_numel(int64_t state, int64_t features) {
   const int64_t panels = (state + kPanelWidth - 1) / kPanelWidth;
-  return panels * ((state + 1) / 2) * 3 * kPanelWidth * 2;
+  return panels * ((state + 1) / 2 + (features + 1) / 2) * 3 * kPanelWidth * 2;
 }
 
 int64_t backward_panels_numel(int64_t state) {
@@ -57,43 +57,50 @@ void pack_forward(
     int64_t row_stride,
     int64_t col_stride,
     int64_t state,
+    int64_t features,
     BFloat16* out,
     int64_t panel_begin,
     int64_t panel_end) {
   const int64_t S = state;
-  const int64_t pairs = (S + 1) / 2;
+  const int64_t pairs = (S + 1) / 2 + (features + 1) / 2;
   constexpr int64_t kPairStride = 3 * kPanelWidth * 2;
   for (int64_t p = panel_begin; p < panel_end; ++p) {
     BFloat16* o = out + p * pairs * kPairStride;
     const int64_t units = std::min(kPanelWidth, S - p * kPanelWidth);
-    if (units < kPanelWidth || S % 2 != 0) {
+    if (units < kPanelWidth || S % 2 != 0 || features % 2 != 0) {
       std::fill(o, o + pairs * kPairStride, BFloat16(0.0f));
     }
-    // Tiles of 16 pairs of k by a gate's 16 units: the tile's rows and its
-    // slice of the output both stay in L1 (by rows alone, each line of the
-    // output went to L2 once per unit).
-    constexpr int64_t kTile = 16;
-    for (int64_t g = 0; g < 3; ++g) {
-      const BFloat16* rows = w + (g * S + p * kPanelWidth) * row_stride;
-      BFloat16* slice = o + g * kPanelWidth * 2;
-      for (int64_t kk0 = 0; kk0 < S / 2; kk0 += kTile) {
-        const int64_t kk1 = std::min(kk0 + kTile, S / 2);
-        for (int64_t j = 0; j < units; ++j) {
-          const BFloat16* row = rows + j * row_stride;
-          for (int64_t kk = kk0; kk < kk1; ++kk) {
-            BFloat16* dst = slice + kk * kPairStride + j * 2;
-            dst[0] = row[2 * kk * col_stride];
-            dst[1] = row[(2 * kk + 1) * col_stride];
+    // W's columns [first, first + K) into the pairs from `into`.
+    const auto pack = [&](int64_t first, int64_t K, BFloat16* into) {
+      // Tiles of 16 pairs of k by a gate's 16 units: the tile's rows and
+      // its slice of the output both stay in L1 (by rows alone, each line
+      // of the output went to L2 once per unit).
+      constexpr int64_t kTile = 16;
+      for (int64_t g = 0; g < 3; ++g) {
+        const BFloat16* rows =
+            w + (g * S + p * kPanelWidth) * row_stride + first * col_stride;
+        BFloat16* slice = into + g * kPanelWidth * 2;
+        for (int64_t kk0 = 0; kk0 < K / 2; kk0 += kTile) {
+          const int64_t kk1 = std::min(kk0 + kTile, K / 2);
+          for (int64_t j = 0; j < units; ++j) {
+            const BFloat16* row = rows + j * row_stride;
+            for (int64_t kk = kk0; kk < kk1; ++kk) {
+              BFloat16* dst = slice + kk * kPairStride + j * 2;
+              dst[0] = row[2 * kk * col_stride];
+              dst[1] = row[(2 * kk + 1) * col_stride];
+            }
+          }
+        }
+        if (K % 2 != 0) {
+          for (int64_t j = 0; j < units; ++j) {
+            slice[(K / 2) * kPairStride + j * 2] =
+                rows[j * row_stride + (K - 1) * col_stride];
           }
         }
       }
-      if (S % 2 != 0) {
-        for (int64_t j = 0; j < units; ++j) {
-          slice[(S / 2) * kPairStride + j * 2] =
-              rows[j * row_stride + (S - 1) * col_stride];
-        }
-      }
-    }
+    };
+    pack(0, S, o);
+    pack(S, features, o + (S + 1) / 2 * kPairStride);
   }
 }
 
@@ -254,43 +261,61 @@ LLTM_BF16_TARGET inline __m512bh panel(const BFloat16* p) {
   return out;
 }
 
-// Rows [row, row + kRows) of panel p.
+// acc += kRows rows of m ([kRows, K], dense) times a panel's pairs of rows
+// from w. Inline, always: called twice, and its accumulators must stay in
+// registers.
 template <int kRows>
-LLTM_BF16_TARGET void forward_panel(const StepArgs& a, int64_t p, int64_t row) {
+LLTM_BF16_TARGET __attribute__((always_inline)) inline void multiply(
+    __m512 (&acc)[kRows][3],
+    const BFloat16* m,
+    int64_t K,
+    const BFloat16* w) {
   constexpr int64_t kW = kPanelWidth;
-  const int64_t S = a.state;
-  const int64_t pairs = (S + 1) / 2;
-  const BFloat16* w = a.w + p * pairs * 3 * kW * 2;
-  const BFloat16* h = a.h + row * S;
-  __m512 acc[kRows][3];
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) {
-    acc[r][0] = acc[r][1] = acc[r][2] = _mm512_setzero_ps();
-  }
-  for (int64_t kk = 0; kk < S / 2; ++kk) {
+  for (int64_t kk = 0; kk < K / 2; ++kk) {
     const BFloat16* wk = w + kk * 3 * kW * 2;
     const __m512bh w_i = panel(wk);
     const __m512bh w_o = panel(wk + 2 * kW);
     const __m512bh w_c = panel(wk + 4 * kW);
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
-      const __m512bh x = pair(h + r * S + 2 * kk);
+      const __m512bh x = pair(m + r * K + 2 * kk);
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, w_i);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, w_o);
       acc[r][2] = _mm512_dpbf16_ps(acc[r][2], x, w_c);
     }
   }
-  if (S % 2 != 0) {
-    const BFloat16* wk = w + (S / 2) * 3 * kW * 2;
+  if (K % 2 != 0) {
+    const BFloat16* wk = w + (K / 2) * 3 * kW * 2;
     const __m512bh w_i = panel(wk);
     const __m512bh w_o = panel(wk + 2 * kW);
     const __m512bh w_c = panel(wk + 4 * kW);
     for (int r = 0; r < kRows; ++r) {
-      const __m512bh x = pair(h + r * S + S - 1, /*one=*/true);
+      const __m512bh x = pair(m + r * K + K - 1, /*one=*/true);
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, w_i);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, w_o);
       acc[r][2] = _mm512_dpbf16_ps(acc[r][2], x, w_c);
     }
+  }
+}
+
+// Rows [row, row + kRows) of panel p.
+template <int kRows>
+LLTM_BF16_TARGET void forward_panel(const StepArgs& a, int64_t p, int64_t row) {
+  constexpr int64_t kW = kPanelWidth;
+  const int64_t S = a.state;
+  // Without z, the step adds x's projection (none for zero features).
+  const bool in_step = a.z == nullptr && a.z_f32 == nullptr;
+  const int64_t F = in_step ? a.features : 0;
+  const int64_t h_pairs = (S + 1) / 2;
+  const BFloat16* w = a.w + p * (h_pairs + (F + 1) / 2) * 3 * kW * 2;
+  __m512 acc[kRows][3];
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {
+    acc[r][0] = acc[r][1] = acc[r][2] = _mm512_setzero_ps();
+  }
+  multiply<kRows>(acc, a.h + row * S, S, w);
+  if (F > 0) {
+    multiply<kRows>(acc, a.x + row * F, F, w + h_pairs * 3 * kW * 2);
   }
   const int64_t s = p * kW;
   const int64_t n = std::min(kW, S - s);
@@ -300,10 +325,13 @@ LLTM_BF16_TARGET void forward_panel(const StepArgs& a, int64_t p, int64_t row) {
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
     const int64_t b = row + r;
-    // The projection of gate `gate`'s units of this panel, in float32.
+    // The projection of gate `gate`'s units of this panel, in float32
+    // (in the accumulators already where x is given).
     const auto z = [&](int64_t gate) {
       const int64_t at = b * 3 * S + gate * S + s;
-      return a.z_f32 != nullptr ? load(a.z_f32 + at, n) : load(a.z + at, n);
+      return in_step           ? set(0.0f)
+          : a.z_f32 != nullptr ? load(a.z_f32 + at, n)
+                               : load(a.z + at, n);
     };
     const __m512 i =
         sigmoid(_mm512_add_ps(_mm512_add_ps(acc[r][0], z(0)), b_i));

@@ -44,16 +44,19 @@ const Kernels* kernels();
 
 // The forward's panels of W_h^T: [panels, ceil(state / 2), 3, 16, 2], the
 // pair (k, k + 1) of unit j of gate g at [p, k / 2, g, j], zeros past the
-// state's end. `w` is W_h, [3 * state, state] through its strides.
+// state's end. `w` is W_h, [3 * state, state] through its strides. With
+// features, W_x^T's pairs follow W_h^T's in each panel, [panels,
+// ceil(state / 2) + ceil(features / 2), 3, 16, 2], from W's next columns.
 void pack_forward(
     const BFloat16* w,
     int64_t row_stride,
     int64_t col_stride,
     int64_t state,
+    int64_t features,
     BFloat16* out,
     int64_t panel_begin,
     int64_t panel_end);
-int64_t forward_panels_numel(int64_t state);
+int64_t forward_panels_numel(int64_t state, int64_t features);
 
 // The backward's panels of W_h: [panels, ceil(3 * state / 2), 16, 2], the
 // pair (k, k + 1) of W_h's rows for unit j at [p, k / 2, j].
@@ -67,15 +70,20 @@ void pack_backward(
     int64_t panel_end);
 int64_t backward_panels_numel(int64_t state);
 
-// One forward step: Z = z + h W_h^T + bias, the cell's forward on Z, with
-// the cell kept in float32 between steps.
+// One forward step: Z = z + h W_h^T + bias, or without z Z = [h | x] W^T +
+// bias, the cell's forward on Z, with the cell kept in float32 between
+// steps.
 struct StepArgs {
   const BFloat16* h; // h_{t-1}: [batch, state], dense
-  const BFloat16* w; // pack_forward's panels
+  const BFloat16* w; // pack_forward's panels (with x's features)
   // The input projection, [batch, 3 * state], dense: in float32 where
-  // z_f32 is given (z is then unread), else rounded in z.
+  // z_f32 is given (z is then unread), else rounded in z; where neither
+  // is, the step adds x_t's, x: [batch, features], dense (features may
+  // be 0).
   const BFloat16* z;
   const float* z_f32;
+  const BFloat16* x;
+  int64_t features;
   const BFloat16* bias; // [3 * state]
   float* cell; // c_{t-1} in, c_t out: [batch, state], dense
   BFloat16* new_h; // [batch, state], dense

@@ -351,12 +351,13 @@ void fused_panel(const FusedStepArgs<float>& a, int64_t p, int64_t row) {
   for (int r = 0; r < kRows; ++r) {
     acc[r][0] = acc[r][1] = acc[r][2] = V(0.0f);
   }
-  const int64_t K = S + (a.x != nullptr ? a.features : 0);
+  // Without z, the step adds x's projection (none for zero features).
+  const int64_t F = a.z == nullptr ? a.features : 0;
+  const int64_t K = S + F;
   const float* w = a.w + p * K * 3 * kWidth;
   multiply<kRows>(acc, a.h + row * S, S, w);
-  if (a.x != nullptr) {
-    multiply<kRows>(
-        acc, a.x + row * a.features, a.features, w + S * 3 * kWidth);
+  if (F > 0) {
+    multiply<kRows>(acc, a.x + row * F, F, w + S * 3 * kWidth);
   }
   const int64_t s = p * kWidth;
   const int64_t n = std::min(kWidth, S - s);

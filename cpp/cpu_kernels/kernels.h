@@ -27,13 +27,13 @@ template <typename T>
 using BackwardArgs = kernels::BackwardArgs<T, at::opmath_type<T>>;
 
 // One step of a sequence's forward with its recurrent GEMM fused in:
-// Z = z + h W_h^T + bias, or with x given Z = [h | x] W^T + bias (the input's
+// Z = z + h W_h^T + bias, or without z Z = [h | x] W^T + bias (the input's
 // projection in the step too), then the forward's math on Z, without Z ever
 // leaving registers. W^T comes in panels of `panel_width` state units (the
 // kernel's vector width): panel p holds, for k in [0, K), the rows k of the
 // three gates' columns of its units, [panels, K, 3, panel_width] (zeros past
 // the state's end), so that a panel's units are one vector of each gate; K
-// is state (W_h^T), or state + features with x (W^T). The work is (panel,
+// is state (W_h^T), or state + features without z (W^T). The work is (panel,
 // block of `block_rows` rows) tasks, task i being panel i / row_blocks, rows
 // block i % row_blocks: a thread that runs the same range of tasks at every
 // step keeps its panels in its cache.
@@ -41,10 +41,11 @@ template <typename T>
 struct FusedStepArgs {
   const T* h; // h_{t-1}: [batch, state], dense
   const T* w; // W_h^T's or W^T's panels
-  // The input projection: [batch, 3 * state], dense; nullptr with x.
+  // The input projection: [batch, 3 * state], dense; or nullptr, and the
+  // step adds x_t's, x: [batch, features], dense (features may be 0).
   const T* z;
-  const T* x; // x_t: [batch, features], dense, or nullptr
-  int64_t features; // x's
+  const T* x;
+  int64_t features;
   const T* bias; // [3 * state]
   const T* old_cell; // [batch, state], dense
   T* new_h; // [batch, state], dense

@@ -4,7 +4,10 @@
 // packed once a call in pairs along the dot product, and the cell's math on
 // the float32 accumulators; the cell (forward) and dc (backward) stay
 // float32 between steps, and only what the op stores is rounded. bfloat16
-// alone, where the processor has AVX-512 BF16.
+// alone, where the processor has AVX-512 BF16. The loops here serve
+// dpbf16_input too (dpbf16.h).
+#include "cpp/sequence/cpu/dpbf16.h"
+
 #include "cpp/cpu_kernels/bf16.h"
 #include "cpp/sequence/cpu/loops.h"
 #include "cpp/sequence/cpu/model.h"
@@ -13,32 +16,41 @@
 #include <ATen/ops/empty.h>
 
 namespace lltm::sequence::cpu_paths {
+namespace dpbf16 {
 namespace {
 
 namespace bf16 = cpu::bf16;
 using c10::BFloat16;
 
-// Where this path keeps its panels of W_h (PackedWeights::layout).
-constexpr char kLayouts = 0;
+// Where the reverse loop keeps its panels of W_h (PackedWeights::layout).
+constexpr char kBackwardLayout = 0;
 
 // A task (a block of rows of one panel) of fewer multiply-adds than this is
 // not worth a thread of its own.
 constexpr int64_t kTaskMacs = int64_t(1) << 15;
 
-// W_h in one of bf16.h's panel layouts, a panel per task.
-at::Tensor panels(const at::Tensor& weights, int64_t S, bool backward) {
+// W in one of bf16.h's panel layouts (with `features` columns of W_x
+// after W_h's in the forward's), a panel per task.
+at::Tensor panels(
+    const at::Tensor& weights,
+    int64_t S,
+    int64_t features,
+    bool backward) {
   const int64_t count = (S + bf16::kPanelWidth - 1) / bf16::kPanelWidth;
   at::Tensor out = at::empty(
       {backward ? bf16::backward_panels_numel(S)
-                : bf16::forward_panels_numel(S)},
+                : bf16::forward_panels_numel(S, features)},
       weights.options());
   const BFloat16* w = weights.const_data_ptr<BFloat16>();
   BFloat16* o = out.mutable_data_ptr<BFloat16>();
   const int64_t row = weights.stride(0);
   const int64_t col = weights.stride(1);
   at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
-    (backward ? bf16::pack_backward : bf16::pack_forward)(
-        w, row, col, S, o, begin, end);
+    if (backward) {
+      bf16::pack_backward(w, row, col, S, o, begin, end);
+    } else {
+      bf16::pack_forward(w, row, col, S, features, o, begin, end);
+    }
   });
   return out;
 }
@@ -48,20 +60,44 @@ int64_t grain(int64_t block_rows, int64_t K) {
       1, kTaskMacs / (block_rows * 3 * bf16::kPanelWidth * K));
 }
 
-void dpbf16_forward(
-    const Plan& /*plan*/,
+} // namespace
+
+bool runs(const Block& block, std::string* why_not) {
+  if (block.dtype != at::kBFloat16) {
+    *why_not = "bfloat16 only (VDPBF16PS takes pairs of bfloat16)";
+    return false;
+  }
+  if (bf16::kernels() == nullptr) {
+    *why_not =
+        "needs AVX-512 BF16 (VDPBF16PS), which this processor or build "
+        "lacks or ATEN_CPU_CAPABILITY turns off";
+    return false;
+  }
+  return true;
+}
+
+at::Tensor forward_panels(
+    const at::Tensor& weights,
+    int64_t S,
+    int64_t features) {
+  return panels(weights, S, features, false);
+}
+
+void forward_steps(
     const Sizes& sizes,
     const ForwardInputs& in,
-    ForwardBuffers& buffers) {
+    ForwardBuffers& buffers,
+    const at::Tensor& w,
+    const at::Tensor& input) {
   const int64_t steps = sizes.steps;
   const int64_t B = sizes.batch;
+  const int64_t F = sizes.input_features;
   const int64_t S = sizes.state_size;
   const int64_t BS = B * S;
   // The plan ran only where the kernels exist.
   const bf16::Kernels& k = *bf16::kernels();
-  const at::Tensor w = kept(
-      in.packed != nullptr ? in.packed->layout(&kLayouts, 0) : nullptr,
-      [&] { return panels(in.weights, S, false); });
+  const bool in_steps = input.defined();
+  const BFloat16* x = in_steps ? input.const_data_ptr<BFloat16>() : nullptr;
   const at::Tensor bias_c = in.bias.contiguous();
   const at::Tensor h0_c = in.h0.contiguous();
   // The cell in float32 for the whole block: a fresh copy of c0.
@@ -76,13 +112,18 @@ void dpbf16_forward(
   const int64_t row_blocks = (B + bf16::kBlockRows - 1) / bf16::kBlockRows;
   const int64_t tasks =
       (S + bf16::kPanelWidth - 1) / bf16::kPanelWidth * row_blocks;
-  const int64_t task_grain = grain(bf16::kBlockRows, S);
+  const int64_t task_grain = grain(bf16::kBlockRows, S + (in_steps ? F : 0));
   for (int64_t t = 0; t < steps; ++t) {
     bf16::StepArgs args{};
     args.h = t == 0 ? h0_c.const_data_ptr<BFloat16>() : output + (t - 1) * BS;
     args.w = w.const_data_ptr<BFloat16>();
-    args.z = gates + t * B * 3 * S;
-    args.z_f32 = projection != nullptr ? projection + t * B * 3 * S : nullptr;
+    if (in_steps) {
+      args.x = x + t * B * F;
+      args.features = F;
+    } else {
+      args.z = gates + t * B * 3 * S;
+      args.z_f32 = projection != nullptr ? projection + t * B * 3 * S : nullptr;
+    }
     args.bias = bias_c.const_data_ptr<BFloat16>();
     args.cell = cell.mutable_data_ptr<float>();
     args.new_h = output + t * BS;
@@ -101,7 +142,7 @@ void dpbf16_forward(
   buffers.c_n.copy_(cell.view(buffers.c_n.sizes()));
 }
 
-StateGrads dpbf16_backward(
+StateGrads backward(
     const Plan& /*plan*/,
     const Sizes& sizes,
     const BackwardInputs& in,
@@ -116,8 +157,8 @@ StateGrads dpbf16_backward(
   // The plan ran only where the kernels exist.
   const bf16::Kernels& k = *bf16::kernels();
   const at::Tensor w = kept(
-      in.packed != nullptr ? in.packed->layout(&kLayouts, 1) : nullptr,
-      [&] { return panels(in.weights, S, true); });
+      in.packed != nullptr ? in.packed->layout(&kBackwardLayout, 0) : nullptr,
+      [&] { return panels(in.weights, S, 0, true); });
   const auto options = in.gates.options().dtype(at::kFloat);
   // dc_t in float32, in turns: step t reads dc_t and writes dc_{t-1}.
   const std::array<at::Tensor, 2> dc{
@@ -163,15 +204,26 @@ StateGrads dpbf16_backward(
   return {dc[0].to(at::kBFloat16), std::nullopt};
 }
 
+} // namespace dpbf16
+
+namespace {
+
+// Where this path keeps its panels of W_h^T (PackedWeights::layout).
+constexpr char kLayouts = 0;
+
+void dpbf16_forward(
+    const Plan& /*plan*/,
+    const Sizes& sizes,
+    const ForwardInputs& in,
+    ForwardBuffers& buffers) {
+  const at::Tensor w = kept(
+      in.packed != nullptr ? in.packed->layout(&kLayouts, 0) : nullptr,
+      [&] { return dpbf16::forward_panels(in.weights, sizes.state_size, 0); });
+  dpbf16::forward_steps(sizes, in, buffers, w, at::Tensor());
+}
+
 std::optional<Plan> plan(const Block& block, std::string* why_not) {
-  if (block.dtype != at::kBFloat16) {
-    *why_not = "bfloat16 only (VDPBF16PS takes pairs of bfloat16)";
-    return std::nullopt;
-  }
-  if (bf16::kernels() == nullptr) {
-    *why_not =
-        "needs AVX-512 BF16 (VDPBF16PS), which this processor or build "
-        "lacks or ATEN_CPU_CAPABILITY turns off";
+  if (!dpbf16::runs(block, why_not)) {
     return std::nullopt;
   }
   // The projection's rounding to bfloat16 was the largest of the path's
@@ -183,9 +235,9 @@ std::optional<Plan> plan(const Block& block, std::string* why_not) {
 
 // Fitted by scripts/fit_cpu_paths.py --dtype bfloat16 (cpu/model.h).
 constexpr Costs kCosts{
-    {267.5, 1.77, 9684.9, 6782.7},
-    {118.0, 1.96, 10481.3, 6769.9},
-    {1466.4, 2.84, 18576.4, 13456.0}};
+    {5232.0, 2.03, 14052.7, 22968.2},
+    {4852.1, 3.75, 22176.2, 21486.9},
+    {5829.7, 4.07, 27866.7, 20528.9}};
 
 double estimate(const Block& block) {
   return estimate_us(kCosts, block);
@@ -199,7 +251,7 @@ const Path kDpBf16{
     nullptr,
     &estimate,
     &dpbf16_forward,
-    &dpbf16_backward};
+    &dpbf16::backward};
 
 } // namespace
 

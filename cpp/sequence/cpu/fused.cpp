@@ -92,7 +92,8 @@ void forward_steps(
   const at::Tensor h0_c = in.h0.contiguous();
   const at::Tensor c0_c = in.c0.contiguous();
   const bool save = buffers.cells.defined();
-  const float* x = input.defined() ? input.const_data_ptr<float>() : nullptr;
+  const bool in_steps = input.defined();
+  const float* x = in_steps ? input.const_data_ptr<float>() : nullptr;
   float* gates = buffers.gates.mutable_data_ptr<float>();
   float* output = buffers.output.mutable_data_ptr<float>();
   float* cells = save ? buffers.cells.mutable_data_ptr<float>() : nullptr;
@@ -105,7 +106,7 @@ void forward_steps(
     cpu::FusedStepArgs<float> args{};
     args.h = t == 0 ? h0_c.const_data_ptr<float>() : output + (t - 1) * BS;
     args.w = panels.const_data_ptr<float>();
-    if (x != nullptr) {
+    if (in_steps) {
       args.x = x + t * B * F;
       args.features = F;
     } else {

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import lltm
-from sequences import assert_trains_like_the_reference, layer_and_input, train
+from sequences import assert_trains_like_the_reference, layer_and_input, plan_or_reason, train
 
 # T * B = 1024 rows of F = 64 into 3 * 96 gate columns: a projection big
 # enough to go through the measured GEMM (cpp/sequence/cpu/gemm.cpp).
@@ -101,3 +101,26 @@ def test_its_backward_is_fuseds_reverse_loop(monkeypatch: pytest.MonkeyPatch) ->
         )
     for a, b in zip(grads["fused"], grads["fused_input"], strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("path", "dtype"), [("fused_input", torch.float32), ("dpbf16_input", torch.bfloat16)]
+)
+def test_zero_features_project_nothing(
+    path: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """F = 0: the steps read no input (and no projection that nothing wrote)."""
+    plan, why = plan_or_reason(path, "cpu", dtype, (3, 5, 0, 20))
+    if plan is None:
+        pytest.skip(why)
+    layer, x = layer_and_input((3, 5, 0, 20), dtype=dtype)
+    x = x.to(dtype)
+    monkeypatch.setenv("LLTM_SEQUENCE_PATH", "steps")
+    with torch.no_grad():
+        want = layer(x)[0]
+        # A projection left in the op's kept buffers, which the path must not read.
+        wide = lltm.LLTMLayer(4, 20, dtype=dtype)
+        wide(torch.randn(3, 5, 4, dtype=dtype))
+        monkeypatch.setenv("LLTM_SEQUENCE_PATH", path)
+        got = layer(x)[0]
+    torch.testing.assert_close(got, want, atol=1e-2 if dtype == torch.bfloat16 else 1e-6, rtol=0)

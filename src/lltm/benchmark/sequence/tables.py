@@ -83,10 +83,12 @@ def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
     with_forced = any(r.get("default_vs_forced") is not None for r in results)
     with_paths = any(r.get("path") for r in results)
     width = max([18, *(len(row_setting(r)) + 2 for r in results)])
+    variant_width = max([18, *(len(r["variant"]) + 2 for r in results)])
     # Left out where no row names a path (a run of the loops and nn.LSTM alone).
     paths = max([6, *(len(r.get("path") or "") + 2 for r in results)]) if with_paths else 0
     header = (
-        f"{'T,B,F,S':<18}{'precision':<{width}}{'variant':<18}{'path' if paths else '':<{paths}}"
+        f"{'T,B,F,S':<18}{'precision':<{width}}{'variant':<{variant_width}}"
+        f"{'path' if paths else '':<{paths}}"
         f"{'wall ms':>10}{'min ms':>10}"
         f"{'gpu ms':>10}{'host x':>8}{'vs LSTM':>9}{'gpu vs':>8}{'vs loop':>9}{'runs':>6}"
     )
@@ -99,7 +101,7 @@ def format_sequence_table(results: Sequence[dict[str, Any]]) -> str:
     lines = [header, "-" * len(header)]
     for r in results:
         size, setting, host, kernels = _cells(r)
-        prefix = f"{size:<18}{setting:<{width}}{r['variant']:<18}"
+        prefix = f"{size:<18}{setting:<{width}}{r['variant']:<{variant_width}}"
         if "error" in r:
             lines.append(f"{prefix}  n/a: {r['error']}")
             continue
