@@ -160,6 +160,18 @@ struct PackedWeights {
   std::deque<Layout> layouts_;
 };
 
+// A buffer for a path's layout of W (`owner` and `index` as
+// PackedWeights::layout names it) that this thread keeps from call to call,
+// as Engine::scratch keeps the op's buffers: packed into fresh memory, W
+// cost its page faults, most of a short call (0.8 ms a call at S = 481).
+// Fresh inside a call's measured runs, which must leave the call's own
+// layouts alone.
+at::Tensor layout_buffer(
+    const void* owner,
+    int index,
+    at::IntArrayRef sizes,
+    const at::TensorOptions& options);
+
 // What the forward's loops read besides the sizes and the buffers.
 struct ForwardInputs {
   const at::Tensor& weights;

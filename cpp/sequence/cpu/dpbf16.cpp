@@ -35,9 +35,12 @@ at::Tensor panels(
     const at::Tensor& weights,
     int64_t S,
     int64_t features,
-    bool backward) {
+    bool backward,
+    const void* owner) {
   const int64_t count = (S + bf16::kPanelWidth - 1) / bf16::kPanelWidth;
-  at::Tensor out = at::empty(
+  at::Tensor out = layout_buffer(
+      owner,
+      0,
       {backward ? bf16::backward_panels_numel(S)
                 : bf16::forward_panels_numel(S, features)},
       weights.options());
@@ -79,8 +82,9 @@ bool runs(const Block& block, std::string* why_not) {
 at::Tensor forward_panels(
     const at::Tensor& weights,
     int64_t S,
-    int64_t features) {
-  return panels(weights, S, features, false);
+    int64_t features,
+    const void* owner) {
+  return panels(weights, S, features, false, owner);
 }
 
 void forward_steps(
@@ -158,7 +162,7 @@ StateGrads backward(
   const bf16::Kernels& k = *bf16::kernels();
   const at::Tensor w = kept(
       in.packed != nullptr ? in.packed->layout(&kBackwardLayout, 0) : nullptr,
-      [&] { return panels(in.weights, S, 0, true); });
+      [&] { return panels(in.weights, S, 0, true, &kBackwardLayout); });
   const auto options = in.gates.options().dtype(at::kFloat);
   // dc_t in float32, in turns: step t reads dc_t and writes dc_{t-1}.
   const std::array<at::Tensor, 2> dc{
@@ -217,8 +221,10 @@ void dpbf16_forward(
     const ForwardInputs& in,
     ForwardBuffers& buffers) {
   const at::Tensor w = kept(
-      in.packed != nullptr ? in.packed->layout(&kLayouts, 0) : nullptr,
-      [&] { return dpbf16::forward_panels(in.weights, sizes.state_size, 0); });
+      in.packed != nullptr ? in.packed->layout(&kLayouts, 0) : nullptr, [&] {
+        return dpbf16::forward_panels(
+            in.weights, sizes.state_size, 0, &kLayouts);
+      });
   dpbf16::forward_steps(sizes, in, buffers, w, at::Tensor());
 }
 

@@ -12,11 +12,12 @@ namespace lltm::sequence::cpu_paths::dpbf16 {
 bool runs(const Block& block, std::string* why_not);
 
 // W_h^T's pairs, and with `features` W_x^T's after them (bf16.h,
-// pack_forward).
+// pack_forward), in the layout buffer of `owner` (layout_buffer).
 at::Tensor forward_panels(
     const at::Tensor& weights,
     int64_t S,
-    int64_t features);
+    int64_t features,
+    const void* owner);
 
 // The forward's steps over `panels` (forward_panels' layout): with `input`
 // ([T, B, F], dense) each step adds x_t W_x^T itself; without, the

@@ -22,7 +22,7 @@ void forward(
   const at::Tensor panels = kept(
       in.packed != nullptr ? in.packed->layout(&kLayouts, 0) : nullptr, [&] {
         return dpbf16::forward_panels(
-            in.weights, sizes.state_size, sizes.input_features);
+            in.weights, sizes.state_size, sizes.input_features, &kLayouts);
       });
   dpbf16::forward_steps(sizes, in, buffers, panels, buffers.input);
 }

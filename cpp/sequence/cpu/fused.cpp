@@ -27,7 +27,8 @@ at::Tensor backward_panels(
     int64_t S,
     int64_t width) {
   const int64_t panels = (S + width - 1) / width;
-  at::Tensor out = at::empty({panels, 3 * S, width}, weights.options());
+  at::Tensor out = layout_buffer(
+      &kBackwardLayout, 0, {panels, 3 * S, width}, weights.options());
   const float* w = weights.const_data_ptr<float>();
   const int64_t row = weights.stride(0);
   const int64_t col = weights.stride(1);
@@ -52,9 +53,11 @@ at::Tensor forward_panels(
     const at::Tensor& weights,
     int64_t S,
     int64_t K,
-    int64_t width) {
+    int64_t width,
+    const void* owner) {
   const int64_t panels = (S + width - 1) / width;
-  at::Tensor out = at::empty({panels, K, 3, width}, weights.options());
+  at::Tensor out =
+      layout_buffer(owner, 0, {panels, K, 3, width}, weights.options());
   const float* w = weights.const_data_ptr<float>();
   const int64_t row = weights.stride(0);
   const int64_t col = weights.stride(1);
@@ -210,7 +213,11 @@ void fused_forward(
   const at::Tensor panels = kept(
       in.packed != nullptr ? in.packed->layout(&kLayouts, 0) : nullptr, [&] {
         return fused::forward_panels(
-            in.weights, S, S, cpu::best_kernels<float>().panel_width);
+            in.weights,
+            S,
+            S,
+            cpu::best_kernels<float>().panel_width,
+            &kLayouts);
       });
   fused::forward_steps(sizes, in, buffers, panels, at::Tensor());
 }

@@ -9,12 +9,13 @@ namespace lltm::sequence::cpu_paths::fused {
 
 // Rows [0, K) of W^T (weights [3S, S + F]: W_h^T's S rows, then W_x^T's F)
 // in panels of `width` state units, [panels, K, 3, width], zeros past the
-// state's end.
+// state's end, in the layout buffer of `owner` (layout_buffer).
 at::Tensor forward_panels(
     const at::Tensor& weights,
     int64_t S,
     int64_t K,
-    int64_t width);
+    int64_t width,
+    const void* owner);
 
 // The forward's steps over `panels` (forward_panels' layout): with `input`
 // ([T, B, F], dense) each step adds x_t W_x^T itself (K = S + F); without,

@@ -30,7 +30,8 @@ void forward(
             in.weights,
             S,
             S + sizes.input_features,
-            cpu::best_kernels<float>().panel_width);
+            cpu::best_kernels<float>().panel_width,
+            &kLayouts);
       });
   fused::forward_steps(sizes, in, buffers, panels, buffers.input);
 }
