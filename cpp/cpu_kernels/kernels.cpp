@@ -472,6 +472,17 @@ void fused_backward_step(
   run_tasks<BackwardPanel, kBackwardBlockRows>(a, begin, end);
 }
 
+void transpose(
+    const float* src,
+    int64_t ld_src,
+    float* dst,
+    int64_t ld_dst,
+    int64_t rows,
+    int64_t cols) {
+  at::vec::transpose_mxn<float>(
+      src, ld_src, dst, ld_dst, static_cast<int>(rows), static_cast<int>(cols));
+}
+
 template <typename T>
 constexpr Kernels<T> kernels() {
   if constexpr (std::is_same_v<T, float>) {
@@ -480,11 +491,20 @@ constexpr Kernels<T> kernels() {
         &backward_rows<T>,
         &fused_step,
         &fused_backward_step,
+        &transpose,
         Vec<float>::size(),
         kBlockRows,
         kBackwardBlockRows};
   } else {
-    return {&forward_rows<T>, &backward_rows<T>, nullptr, nullptr, 0, 0, 0};
+    return {
+        &forward_rows<T>,
+        &backward_rows<T>,
+        nullptr,
+        nullptr,
+        nullptr,
+        0,
+        0,
+        0};
   }
 }
 

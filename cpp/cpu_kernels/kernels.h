@@ -90,6 +90,16 @@ struct Kernels {
       const FusedBackwardStepArgs<T>& args,
       int64_t begin,
       int64_t end);
+  // dst[j * ld_dst + i] = src[i * ld_src + j] for i < rows, j < cols: what
+  // packs W into a fused step's panels (vectorized where the capability
+  // has a transpose); nullptr where the type has no fused step.
+  void (*transpose)(
+      const T* src,
+      int64_t ld_src,
+      T* dst,
+      int64_t ld_dst,
+      int64_t rows,
+      int64_t cols);
   int64_t panel_width;
   int64_t block_rows;
   int64_t backward_block_rows;
