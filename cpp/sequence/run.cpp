@@ -18,7 +18,6 @@
 #include <ATen/ops/sum.h>
 #include <ATen/ops/zeros.h>
 
-#include <algorithm>
 #include <array>
 #include <string>
 #include <utility>
@@ -134,37 +133,6 @@ at::Tensor* PackedWeights::layout(const void* owner, int index) {
   }
   layouts_.push_back({owner, index, at::Tensor()});
   return &layouts_.back().tensor;
-}
-
-at::Tensor layout_buffer(
-    const void* owner,
-    int index,
-    at::IntArrayRef sizes,
-    const at::TensorOptions& options) {
-  // Past this, a layout is not kept (as Engine::scratch's buffers).
-  constexpr int64_t kKeptBytes = int64_t(256) << 20;
-  if (choice::Forced::active()) {
-    return at::empty(sizes, options);
-  }
-  struct Kept {
-    const void* owner;
-    int index;
-    at::Tensor bytes;
-  };
-  thread_local std::vector<Kept> kept;
-  auto it = std::find_if(kept.begin(), kept.end(), [&](const Kept& k) {
-    return k.owner == owner && k.index == index;
-  });
-  if (it == kept.end()) {
-    it = kept.insert(kept.end(), {owner, index, at::Tensor()});
-  }
-  const at::ScalarType dtype = c10::typeMetaToScalarType(options.dtype());
-  const int64_t bytes = c10::multiply_integers(sizes) * c10::elementSize(dtype);
-  at::Tensor buffer = it->bytes.defined() && it->bytes.numel() >= bytes
-      ? it->bytes
-      : at::empty({bytes}, options.dtype(at::kByte));
-  it->bytes = bytes <= kKeptBytes ? buffer : at::Tensor();
-  return buffer.narrow(0, 0, bytes).view(dtype).view(sizes);
 }
 
 at::Tensor packed_w_h_t(

@@ -165,7 +165,7 @@ struct PackedWeights {
 // as Engine::scratch keeps the op's buffers: packed into fresh memory, W
 // cost its page faults, most of a short call (0.8 ms a call at S = 481).
 // Fresh inside a call's measured runs, which must leave the call's own
-// layouts alone.
+// layouts alone. The CPU's (cpu/engine.cpp, beside Engine::scratch's).
 at::Tensor layout_buffer(
     const void* owner,
     int index,

@@ -4,8 +4,8 @@
 // packed once a call in pairs along the dot product, and the cell's math on
 // the float32 accumulators; the cell (forward) and dc (backward) stay
 // float32 between steps, and only what the op stores is rounded. bfloat16
-// alone, where the processor has AVX-512 BF16. The loops here serve
-// dpbf16_input too (dpbf16.h).
+// alone, where the processor has AVX-512 BF16. Its forward and reverse loop
+// serve dpbf16_input too (dpbf16.h).
 #include "cpp/sequence/cpu/dpbf16.h"
 
 #include "cpp/cpu_kernels/bf16.h"
@@ -63,30 +63,9 @@ int64_t grain(int64_t block_rows, int64_t K) {
       1, kTaskMacs / (block_rows * 3 * bf16::kPanelWidth * K));
 }
 
-} // namespace
-
-bool runs(const Block& block, std::string* why_not) {
-  if (block.dtype != at::kBFloat16) {
-    *why_not = "bfloat16 only (VDPBF16PS takes pairs of bfloat16)";
-    return false;
-  }
-  if (bf16::kernels() == nullptr) {
-    *why_not =
-        "needs AVX-512 BF16 (VDPBF16PS), which this processor or build "
-        "lacks or ATEN_CPU_CAPABILITY turns off";
-    return false;
-  }
-  return true;
-}
-
-at::Tensor forward_panels(
-    const at::Tensor& weights,
-    int64_t S,
-    int64_t features,
-    const void* owner) {
-  return panels(weights, S, features, false, owner);
-}
-
+// The forward's steps over panels `w` (pack_forward's layout): with `input`
+// ([T, B, F], dense) each step adds x_t W_x^T itself; without, the
+// projection is in buffers.projection (float32) or buffers.gates.
 void forward_steps(
     const Sizes& sizes,
     const ForwardInputs& in,
@@ -144,6 +123,37 @@ void forward_steps(
   std::copy(output + (steps - 1) * BS, output + steps * BS, h_n);
   // Rounded as the kernel rounds the saved cells: c_n equals cells[T - 1].
   buffers.c_n.copy_(cell.view(buffers.c_n.sizes()));
+}
+
+} // namespace
+
+bool runs(const Block& block, std::string* why_not) {
+  if (block.dtype != at::kBFloat16) {
+    *why_not = "bfloat16 only (VDPBF16PS takes pairs of bfloat16)";
+    return false;
+  }
+  if (bf16::kernels() == nullptr) {
+    *why_not =
+        "needs AVX-512 BF16 (VDPBF16PS), which this processor or build "
+        "lacks or ATEN_CPU_CAPABILITY turns off";
+    return false;
+  }
+  return true;
+}
+
+void forward(
+    const Plan& plan,
+    const Sizes& sizes,
+    const ForwardInputs& in,
+    ForwardBuffers& buffers) {
+  const at::Tensor input = plan.input_in_steps ? buffers.input : at::Tensor();
+  const int64_t features = input.defined() ? sizes.input_features : 0;
+  // The plan's path owns the layout: dpbf16's and dpbf16_input's differ.
+  const at::Tensor w = kept(
+      in.packed != nullptr ? in.packed->layout(plan.path, 0) : nullptr, [&] {
+        return panels(in.weights, sizes.state_size, features, false, plan.path);
+      });
+  forward_steps(sizes, in, buffers, w, input);
 }
 
 StateGrads backward(
@@ -212,22 +222,6 @@ StateGrads backward(
 
 namespace {
 
-// Where this path keeps its panels of W_h^T (PackedWeights::layout).
-constexpr char kLayouts = 0;
-
-void dpbf16_forward(
-    const Plan& /*plan*/,
-    const Sizes& sizes,
-    const ForwardInputs& in,
-    ForwardBuffers& buffers) {
-  const at::Tensor w = kept(
-      in.packed != nullptr ? in.packed->layout(&kLayouts, 0) : nullptr, [&] {
-        return dpbf16::forward_panels(
-            in.weights, sizes.state_size, 0, &kLayouts);
-      });
-  dpbf16::forward_steps(sizes, in, buffers, w, at::Tensor());
-}
-
 std::optional<Plan> plan(const Block& block, std::string* why_not) {
   if (!dpbf16::runs(block, why_not)) {
     return std::nullopt;
@@ -243,7 +237,7 @@ std::optional<Plan> plan(const Block& block, std::string* why_not) {
 constexpr Costs kCosts{
     {5232.0, 2.03, 14052.7, 22968.2},
     {4852.1, 3.75, 22176.2, 21486.9},
-    {5829.7, 4.07, 27866.7, 20528.9}};
+    dpbf16::kBackwardCost};
 
 double estimate(const Block& block) {
   return estimate_us(kCosts, block);
@@ -256,7 +250,7 @@ const Path kDpBf16{
     &plan,
     nullptr,
     &estimate,
-    &dpbf16_forward,
+    &dpbf16::forward,
     &dpbf16::backward};
 
 } // namespace

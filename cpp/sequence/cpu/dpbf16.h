@@ -1,8 +1,9 @@
 // What the CPU's bfloat16 paths share (dpbf16.cpp, dpbf16_input.cpp): where
-// they run, W packed in bf16.h's pairs, the forward's step loop and the
-// reverse loop, which both run.
+// they run, the forward over W packed in bf16.h's pairs, and the reverse
+// loop, which both run.
 #pragma once
 
+#include "cpp/sequence/cpu/model.h"
 #include "cpp/sequence/path.h"
 
 namespace lltm::sequence::cpu_paths::dpbf16 {
@@ -11,23 +12,15 @@ namespace lltm::sequence::cpu_paths::dpbf16 {
 // and why not.
 bool runs(const Block& block, std::string* why_not);
 
-// W_h^T's pairs, and with `features` W_x^T's after them (bf16.h,
-// pack_forward), in the layout buffer of `owner` (layout_buffer).
-at::Tensor forward_panels(
-    const at::Tensor& weights,
-    int64_t S,
-    int64_t features,
-    const void* owner);
-
-// The forward's steps over `panels` (forward_panels' layout): with `input`
-// ([T, B, F], dense) each step adds x_t W_x^T itself; without, the
-// projection is in buffers.projection (float32) or buffers.gates.
-void forward_steps(
+// The forward: W_h^T's pairs packed once a call (and W_x^T's after them
+// where the plan's steps add the input's projection), in the layout of the
+// plan's path; then per step one parallel region of (rows, panel) tasks,
+// the cell in float32 between steps.
+void forward(
+    const Plan& plan,
     const Sizes& sizes,
     const ForwardInputs& in,
-    ForwardBuffers& buffers,
-    const at::Tensor& panels,
-    const at::Tensor& input);
+    ForwardBuffers& buffers);
 
 // The reverse loop, dc in float32 between steps.
 StateGrads backward(
@@ -36,5 +29,10 @@ StateGrads backward(
     const BackwardInputs& in,
     const OutputMask& output_mask,
     at::Tensor& d_gates);
+
+// The reverse loop's cost (cpu/model.h), fitted by scripts/fit_cpu_paths.py
+// --dtype bfloat16 on dpbf16's blocks: each path that runs it estimates its
+// backward so.
+inline constexpr Cost kBackwardCost{5829.7, 4.07, 27866.7, 20528.9};
 
 } // namespace lltm::sequence::cpu_paths::dpbf16

@@ -11,22 +11,6 @@
 namespace lltm::sequence::cpu_paths {
 namespace {
 
-// Where this path keeps its panels of W^T (PackedWeights::layout).
-constexpr char kLayouts = 0;
-
-void forward(
-    const Plan& /*plan*/,
-    const Sizes& sizes,
-    const ForwardInputs& in,
-    ForwardBuffers& buffers) {
-  const at::Tensor panels = kept(
-      in.packed != nullptr ? in.packed->layout(&kLayouts, 0) : nullptr, [&] {
-        return dpbf16::forward_panels(
-            in.weights, sizes.state_size, sizes.input_features, &kLayouts);
-      });
-  dpbf16::forward_steps(sizes, in, buffers, panels, buffers.input);
-}
-
 std::optional<Plan> plan(const Block& block, std::string* why_not) {
   if (!dpbf16::runs(block, why_not)) {
     return std::nullopt;
@@ -37,11 +21,11 @@ std::optional<Plan> plan(const Block& block, std::string* why_not) {
 }
 
 // Fitted by scripts/fit_cpu_paths.py --dtype bfloat16 (cpu/model.h); the
-// backward's are dpbf16's, whose reverse loop this path runs.
+// backward is dpbf16's.
 constexpr Costs kCosts{
     {0.0, 4.12, 9798.3, 7973.1},
     {0.0, 5.04, 13786.1, 9305.7},
-    {5829.7, 4.07, 27866.7, 20528.9}};
+    dpbf16::kBackwardCost};
 
 double estimate(const Block& block) {
   return estimate_us(kCosts, block);
@@ -54,7 +38,7 @@ const Path kDpBf16Input{
     &plan,
     nullptr,
     &estimate,
-    &forward,
+    &dpbf16::forward,
     &dpbf16::backward};
 
 } // namespace

@@ -1,7 +1,8 @@
 // The sequence ops on the CPU: the engine under its paths (steps.cpp,
-// onednn.cpp, fused.cpp, dpbf16.cpp): the directions on threads, a packed
-// batch's segments and indices, the op's buffers kept between calls, and
-// the GEMMs around the blocks (gemm.cpp).
+// onednn.cpp, fused.cpp, fused_input.cpp, dpbf16.cpp, dpbf16_input.cpp):
+// the directions on threads, a packed batch's segments and indices, the
+// op's buffers and the paths' layouts of W kept between calls, and the
+// GEMMs around the blocks (gemm.cpp).
 // cpp/sequence/run.cpp does the rest (sequence.h states the math).
 #include "cpp/cell/backend.h"
 #include "cpp/sequence/choice.h"
@@ -18,6 +19,7 @@
 #include <array>
 #include <chrono>
 #include <string>
+#include <vector>
 
 namespace lltm::sequence {
 namespace {
@@ -84,11 +86,28 @@ at::Tensor cpu_indices(std::vector<int64_t>&& values, c10::Device /*device*/) {
   return out;
 }
 
-// The op's own buffers, kept by each thread from call to call: a fresh
-// buffer of megabytes comes from the system, whose page faults at its first
-// writes cost more than the GEMM that fills it (docs/performance.md, "The
-// CPU's paths"). A buffer past kScratchKept bytes is not kept.
+// The op's own buffers and the paths' layouts of W, kept by each thread
+// from call to call: a fresh buffer of megabytes comes from the system,
+// whose page faults at its first writes cost more than the GEMM that fills
+// it (docs/performance.md, "The CPU's paths"). A buffer past kScratchKept
+// bytes is not kept.
 constexpr size_t kScratchKept = size_t(256) << 20;
+
+// `sizes` of `options` in the bytes that `kept` holds where they suffice,
+// else in fresh bytes, which `kept` then holds.
+at::Tensor reused(
+    at::Tensor& kept,
+    at::IntArrayRef sizes,
+    const at::TensorOptions& options) {
+  const at::ScalarType dtype = c10::typeMetaToScalarType(options.dtype());
+  const auto bytes = static_cast<int64_t>(
+      c10::multiply_integers(sizes) * c10::elementSize(dtype));
+  at::Tensor bytes_of = kept.defined() && kept.numel() >= bytes
+      ? kept
+      : at::empty({bytes}, options.dtype(at::kByte));
+  kept = static_cast<size_t>(bytes) <= kScratchKept ? bytes_of : at::Tensor();
+  return bytes_of.narrow(0, 0, bytes).view(dtype).view(sizes);
+}
 
 at::Tensor cpu_scratch(
     Scratch slot,
@@ -99,15 +118,7 @@ at::Tensor cpu_scratch(
     return at::empty(sizes, options);
   }
   thread_local std::array<at::Tensor, kScratchSlots> kept;
-  at::Tensor& buffer = kept[static_cast<size_t>(slot)];
-  const at::ScalarType dtype = c10::typeMetaToScalarType(options.dtype());
-  const auto bytes = static_cast<int64_t>(
-      c10::multiply_integers(sizes) * c10::elementSize(dtype));
-  at::Tensor bytes_of = buffer.defined() && buffer.numel() >= bytes
-      ? buffer
-      : at::empty({bytes}, options.dtype(at::kByte));
-  buffer = static_cast<size_t>(bytes) <= kScratchKept ? bytes_of : at::Tensor();
-  return bytes_of.narrow(0, 0, bytes).view(dtype).view(sizes);
+  return reused(kept[static_cast<size_t>(slot)], sizes, options);
 }
 
 constexpr Engine kCpuEngine{
@@ -131,6 +142,31 @@ struct Cpu {
 };
 
 } // namespace
+
+at::Tensor layout_buffer(
+    const void* owner,
+    int index,
+    at::IntArrayRef sizes,
+    const at::TensorOptions& options) {
+  if (choice::Forced::active()) {
+    // A measured run inside a call: the call's own layouts are in use.
+    return at::empty(sizes, options);
+  }
+  struct Layout {
+    const void* owner;
+    int index;
+    at::Tensor bytes;
+  };
+  thread_local std::vector<Layout> kept;
+  auto it = std::find_if(kept.begin(), kept.end(), [&](const Layout& l) {
+    return l.owner == owner && l.index == index;
+  });
+  if (it == kept.end()) {
+    it = kept.insert(kept.end(), {owner, index, at::Tensor()});
+  }
+  return reused(it->bytes, sizes, options);
+}
+
 } // namespace lltm::sequence
 
 TORCH_LIBRARY_IMPL(lltm, CPU, m) {

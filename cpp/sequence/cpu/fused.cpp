@@ -2,8 +2,8 @@
 // block of rows of a panel of W_h^T's columns and the cell on them
 // (cpp/cpu_kernels/kernels.cpp, FusedStepArgs): no GEMM library and no
 // pointwise pass, and each thread runs the same panels at every step, from
-// its own cache. float32 alone. The loops here serve fused_input too
-// (fused.h).
+// its own cache. float32 alone. Its forward and reverse loop serve
+// fused_input too (fused.h).
 #include "cpp/sequence/cpu/fused.h"
 
 #include "cpp/sequence/cpu/loops.h"
@@ -54,8 +54,9 @@ at::Tensor backward_panels(
   return out;
 }
 
-} // namespace
-
+// Rows [0, K) of W^T (weights [3S, S + F]: W_h^T's S rows, then W_x^T's F)
+// in panels of `width` state units, [panels, K, 3, width], zeros past the
+// state's end, in the layout buffer of `owner` (layout_buffer).
 at::Tensor forward_panels(
     const at::Tensor& weights,
     int64_t S,
@@ -106,6 +107,9 @@ at::Tensor forward_panels(
   return out;
 }
 
+// The forward's steps over `panels` (forward_panels' layout): with `input`
+// ([T, B, F], dense) each step adds x_t W_x^T itself (K = S + F); without,
+// buffers.gates holds the projection (K = S).
 void forward_steps(
     const Sizes& sizes,
     const ForwardInputs& in,
@@ -162,6 +166,37 @@ void forward_steps(
   if (save) {
     std::copy(cells + (steps - 1) * BS, cells + steps * BS, c_n);
   }
+}
+
+} // namespace
+
+bool runs(const Block& block, std::string* why_not) {
+  if (block.dtype != at::kFloat) {
+    *why_not = "float32 only (its kernels are float's alone)";
+    return false;
+  }
+  return true;
+}
+
+void forward(
+    const Plan& plan,
+    const Sizes& sizes,
+    const ForwardInputs& in,
+    ForwardBuffers& buffers) {
+  const int64_t S = sizes.state_size;
+  const at::Tensor input = plan.input_in_steps ? buffers.input : at::Tensor();
+  const int64_t K = S + (input.defined() ? sizes.input_features : 0);
+  // The plan's path owns the layout: fused's and fused_input's differ.
+  const at::Tensor panels = kept(
+      in.packed != nullptr ? in.packed->layout(plan.path, 0) : nullptr, [&] {
+        return forward_panels(
+            in.weights,
+            S,
+            K,
+            cpu::best_kernels<float>().panel_width,
+            plan.path);
+      });
+  forward_steps(sizes, in, buffers, panels, input);
 }
 
 StateGrads backward(
@@ -229,30 +264,8 @@ StateGrads backward(
 
 namespace {
 
-// Where this path keeps its panels of W_h^T (PackedWeights::layout).
-constexpr char kLayouts = 0;
-
-void fused_forward(
-    const Plan& /*plan*/,
-    const Sizes& sizes,
-    const ForwardInputs& in,
-    ForwardBuffers& buffers) {
-  const int64_t S = sizes.state_size;
-  const at::Tensor panels = kept(
-      in.packed != nullptr ? in.packed->layout(&kLayouts, 0) : nullptr, [&] {
-        return fused::forward_panels(
-            in.weights,
-            S,
-            S,
-            cpu::best_kernels<float>().panel_width,
-            &kLayouts);
-      });
-  fused::forward_steps(sizes, in, buffers, panels, at::Tensor());
-}
-
 std::optional<Plan> plan(const Block& block, std::string* why_not) {
-  if (block.dtype != at::kFloat) {
-    *why_not = "float32 only (its kernels are float's alone)";
+  if (!fused::runs(block, why_not)) {
     return std::nullopt;
   }
   return Plan{};
@@ -262,7 +275,7 @@ std::optional<Plan> plan(const Block& block, std::string* why_not) {
 constexpr Costs kCosts{
     {2431.7, 3.57, 18863.9, 18254.8},
     {3369.4, 2.02, 17648.6, 20685.4},
-    {3746.8, 5.20, 31457.9, 38258.3}};
+    fused::kBackwardCost};
 
 double estimate(const Block& block) {
   return estimate_us(kCosts, block);
@@ -275,7 +288,7 @@ const Path kFused{
     &plan,
     nullptr,
     &estimate,
-    &fused_forward,
+    &fused::forward,
     &fused::backward};
 
 } // namespace

@@ -1,31 +1,25 @@
-// What the CPU's fused paths share (fused.cpp, fused_input.cpp): W^T packed
-// in the panels of cpu::FusedStepArgs, the forward's step loop, one parallel
-// region a step, and the reverse loop, which both run.
+// What the CPU's fused paths share (fused.cpp, fused_input.cpp): where they
+// run, the forward over W^T packed in the panels of cpu::FusedStepArgs, and
+// the reverse loop, which both run.
 #pragma once
 
+#include "cpp/sequence/cpu/model.h"
 #include "cpp/sequence/path.h"
 
 namespace lltm::sequence::cpu_paths::fused {
 
-// Rows [0, K) of W^T (weights [3S, S + F]: W_h^T's S rows, then W_x^T's F)
-// in panels of `width` state units, [panels, K, 3, width], zeros past the
-// state's end, in the layout buffer of `owner` (layout_buffer).
-at::Tensor forward_panels(
-    const at::Tensor& weights,
-    int64_t S,
-    int64_t K,
-    int64_t width,
-    const void* owner);
+// Whether the kernels run a block: float32; else false, and why not.
+bool runs(const Block& block, std::string* why_not);
 
-// The forward's steps over `panels` (forward_panels' layout): with `input`
-// ([T, B, F], dense) each step adds x_t W_x^T itself (K = S + F); without,
-// buffers.gates holds the projection (K = S).
-void forward_steps(
+// The forward: W^T packed once a call in panels of the kernel's vector
+// width (rows [0, S), or [0, S + F) where the plan's steps add the input's
+// projection), in the layout of the plan's path; then per step one
+// parallel region of (rows, panel) tasks.
+void forward(
+    const Plan& plan,
     const Sizes& sizes,
     const ForwardInputs& in,
-    ForwardBuffers& buffers,
-    const at::Tensor& panels,
-    const at::Tensor& input);
+    ForwardBuffers& buffers);
 
 // The reverse loop: per step one parallel region of tasks that each run the
 // recurrent GEMM of a block of rows and a panel of units and the cell's
@@ -36,5 +30,9 @@ StateGrads backward(
     const BackwardInputs& in,
     const OutputMask& output_mask,
     at::Tensor& d_gates);
+
+// The reverse loop's cost (cpu/model.h), fitted by scripts/fit_cpu_paths.py
+// on fused's blocks: each path that runs it estimates its backward so.
+inline constexpr Cost kBackwardCost{3746.8, 5.20, 31457.9, 38258.3};
 
 } // namespace lltm::sequence::cpu_paths::fused

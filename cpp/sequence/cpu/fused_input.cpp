@@ -9,36 +9,13 @@
 // float32 alone; the backward is fused's.
 #include "cpp/sequence/cpu/fused.h"
 
-#include "cpp/cpu_kernels/kernels.h"
 #include "cpp/sequence/cpu/model.h"
 
 namespace lltm::sequence::cpu_paths {
 namespace {
 
-// Where this path keeps its panels of W^T (PackedWeights::layout).
-constexpr char kLayouts = 0;
-
-void forward(
-    const Plan& /*plan*/,
-    const Sizes& sizes,
-    const ForwardInputs& in,
-    ForwardBuffers& buffers) {
-  const int64_t S = sizes.state_size;
-  const at::Tensor panels = kept(
-      in.packed != nullptr ? in.packed->layout(&kLayouts, 0) : nullptr, [&] {
-        return fused::forward_panels(
-            in.weights,
-            S,
-            S + sizes.input_features,
-            cpu::best_kernels<float>().panel_width,
-            &kLayouts);
-      });
-  fused::forward_steps(sizes, in, buffers, panels, buffers.input);
-}
-
 std::optional<Plan> plan(const Block& block, std::string* why_not) {
-  if (block.dtype != at::kFloat) {
-    *why_not = "float32 only (its kernels are float's alone)";
+  if (!fused::runs(block, why_not)) {
     return std::nullopt;
   }
   Plan plan;
@@ -46,12 +23,11 @@ std::optional<Plan> plan(const Block& block, std::string* why_not) {
   return plan;
 }
 
-// Fitted by scripts/fit_cpu_paths.py (cpu/model.h); the backward's are
-// fused's, whose reverse loop this path runs.
+// Fitted by scripts/fit_cpu_paths.py (cpu/model.h); the backward is fused's.
 constexpr Costs kCosts{
     {2498.5, 4.61, 10474.5, 15583.2},
     {2528.3, 6.15, 12806.1, 17429.1},
-    {3746.8, 5.20, 31457.9, 38258.3}};
+    fused::kBackwardCost};
 
 double estimate(const Block& block) {
   return estimate_us(kCosts, block);
@@ -64,7 +40,7 @@ const Path kFusedInput{
     &plan,
     nullptr,
     &estimate,
-    &forward,
+    &fused::forward,
     &fused::backward};
 
 } // namespace
