@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace lltm::sequence {
 
@@ -88,6 +89,21 @@ struct Path {
       const BackwardInputs& inputs,
       const OutputMask& output_mask,
       at::Tensor& d_gates);
+  // Both directions of a bidirectional call at once (inputs, buffers and
+  // d_gates of direction 0, then 1, one dense block each): each step's work
+  // of the two in one parallel region, where the engine runs them together
+  // (Engine::together). nullptr: the path runs one direction a call.
+  void (*forward_directions)(
+      const Plan& plan,
+      const Sizes& sizes,
+      c10::ArrayRef<ForwardInputs> inputs,
+      c10::ArrayRef<ForwardBuffers> buffers) = nullptr;
+  std::vector<StateGrads> (*backward_directions)(
+      const Plan& plan,
+      const Sizes& sizes,
+      c10::ArrayRef<BackwardInputs> inputs,
+      const OutputMask& output_mask,
+      c10::ArrayRef<at::Tensor> d_gates) = nullptr;
 };
 
 // The paths of a device, by rank.

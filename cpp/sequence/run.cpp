@@ -19,7 +19,9 @@
 #include <ATen/ops/zeros.h>
 
 #include <array>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -80,6 +82,35 @@ at::Tensor engine_mm(
 // A block with no rows or no state: nothing for a path to compute.
 bool empty(const Sizes& sizes) {
   return sizes.batch == 0 || sizes.state_size == 0;
+}
+
+// Whether a call's two directions run their steps together (the path's
+// forward_directions or backward_directions): a dense bidirectional call
+// where LLTM_DIRECTIONS says "together", or, where it is unset, the engine
+// does (Engine::together); "apart" leaves them to for_each_direction.
+bool runs_together(
+    const Engine& engine,
+    const Problem& p,
+    const Block& b,
+    const char* op) {
+  if (p.directions != 2 || p.packed || empty(p.sizes)) {
+    return false;
+  }
+  const char* value = std::getenv("LLTM_DIRECTIONS");
+  const std::string_view wanted = value != nullptr ? value : "";
+  TORCH_CHECK_VALUE(
+      wanted.empty() || wanted == "together" || wanted == "apart",
+      "LLTM_DIRECTIONS=",
+      std::string(wanted),
+      ": expected together or apart (or unset: the backend's choice)");
+  const bool engine_would =
+      engine.together != nullptr && engine.together(p.sizes, p.directions);
+  if (wanted == "apart" || (wanted.empty() && !engine_would)) {
+    return false;
+  }
+  const Plan plan = choice::plan_block(engine, b, op);
+  return b.backward ? plan.path->backward_directions != nullptr
+                    : plan.path->forward_directions != nullptr;
 }
 
 // The forward of one planned block: recorded and run.
@@ -212,30 +243,48 @@ ForwardResult run_forward(
   const at::Tensor work_output = own_output
       ? output.view({1, W, S})
       : engine.scratch(Scratch::kOutput, {D, W, S}, options);
-  // A segment's h_n and c_n are not the sequences' (each sequence's comes
-  // from its own last step): scratch, one pair per direction.
-  const bool scratch = p.packed;
   const at::ScalarType dtype = input.scalar_type();
 
-  engine.for_each_direction(p.sizes, D, [&](int64_t d) {
-    const at::Tensor w = direction_of(in.weights, d, stacked);
-    const at::Tensor bias = direction_of(in.bias, d, stacked);
-    const at::Tensor h0 = direction_of(in.h0, d, stacked);
-    const at::Tensor c0 = direction_of(in.c0, d, stacked);
-    const at::Tensor h_n_d = direction_of(h_n, d, stacked);
-    const at::Tensor c_n_d = direction_of(c_n, d, stacked);
+  // Each direction's blocks, planned, with their inputs' views and buffers.
+  struct PlannedBlock {
+    Plan plan;
+    Sizes sizes;
+    at::Tensor h_first;
+    at::Tensor c_first;
+    ForwardBuffers buffers;
+  };
+  struct Direction {
+    at::Tensor w;
+    at::Tensor bias;
+    at::Tensor h_n;
+    at::Tensor c_n;
+    at::Tensor cells;
+    at::Tensor out;
+    std::vector<PlannedBlock> blocks;
+    PackedWeights packed;
+  };
+  std::array<Direction, 2> directions;
+  const bool together =
+      runs_together(engine, p, {p.sizes, dtype, false, save}, op);
+
+  // Direction d's views, its blocks' plans and the input's projection.
+  const auto prepare = [&](int64_t d) {
+    Direction& dir = directions[d];
+    dir.w = direction_of(in.weights, d, stacked);
+    dir.bias = direction_of(in.bias, d, stacked);
+    dir.h_n = direction_of(h_n, d, stacked);
+    dir.c_n = direction_of(c_n, d, stacked);
     const at::Tensor gates_d = direction_of(gates, d, stacked || !save)
                                    .view({rows, 3 * S})
                                    .narrow(0, 0, W);
-    const at::Tensor cells_d = keep_cells
-        ? direction_of(cells, d, stacked || !save)
-              .view({rows, S})
-              .narrow(0, 0, W)
-        : at::Tensor();
-    const at::Tensor out_d = work_output.select(0, d);
+    dir.cells = keep_cells ? direction_of(cells, d, stacked || !save)
+                                 .view({rows, S})
+                                 .narrow(0, 0, W)
+                           : at::Tensor();
+    dir.out = work_output.select(0, d);
     const std::vector<Segment>& segments = steps.segments();
     // Each block's plan before the projection, which a plan may ask for in
-    // float32, or run in its steps; std::nullopt for a block with nothing to
+    // float32, or run in its steps; none for a block with nothing to
     // compute.
     std::vector<std::optional<Plan>> plans;
     bool float32_projection = false;
@@ -262,63 +311,100 @@ ForwardResult run_forward(
     at::Tensor projection;
     if (float32_projection) {
       projection = engine.scratch(
-          Scratch::kProjection, {W, 3 * S}, options.dtype(at::kFloat));
+          together && d == 1 ? Scratch::kSecondProjection
+                             : Scratch::kProjection,
+          {W, 3 * S},
+          options.dtype(at::kFloat));
       engine_mm(
           engine,
           x.to(at::kFloat),
-          weights_x(w, S).t().to(at::kFloat),
+          weights_x(dir.w, S).t().to(at::kFloat),
           projection);
       if (rounded_projection) {
         gates_d.copy_(projection);
       }
     } else if (rounded_projection) {
-      engine_mm(engine, x, weights_x(w, S).t(), gates_d);
+      engine_mm(engine, x, weights_x(dir.w, S).t(), gates_d);
     }
     const at::Tensor x_dense = input_in_steps ? x.contiguous() : at::Tensor();
+    // A segment's h_n and c_n are not the sequences' (each sequence's comes
+    // from its own last step): scratch, one pair per direction.
     const at::Tensor h_scratch =
-        scratch ? at::empty({B, S}, options) : at::Tensor();
+        p.packed ? at::empty({B, S}, options) : at::Tensor();
     const at::Tensor c_scratch =
-        scratch ? at::empty({B, S}, options) : at::Tensor();
-    PackedWeights packed;
+        p.packed ? at::empty({B, S}, options) : at::Tensor();
     for (size_t i = 0; i < segments.size(); ++i) {
       if (!plans[i]) {
         continue;
       }
       const Segment& s = segments[i];
-      const Sizes sizes{s.steps, s.batch, F, S};
-      ForwardBuffers b;
-      b.output = block(out_d, s);
-      b.gates = block(gates_d, s);
+      PlannedBlock b{*plans[i], {s.steps, s.batch, F, S}};
+      b.buffers.output = block(dir.out, s);
+      b.buffers.gates = block(gates_d, s);
       if (keep_cells) {
-        b.cells = block(cells_d, s);
+        b.buffers.cells = block(dir.cells, s);
       }
-      if (plans[i]->float32_projection) {
-        b.projection = block(projection, s);
+      if (b.plan.float32_projection) {
+        b.buffers.projection = block(projection, s);
       }
-      if (plans[i]->input_in_steps) {
-        b.input = block(x_dense, s);
+      if (b.plan.input_in_steps) {
+        b.buffers.input = block(x_dense, s);
       }
-      b.h_n = scratch ? h_scratch.narrow(0, 0, s.batch) : h_n_d;
-      b.c_n = scratch ? c_scratch.narrow(0, 0, s.batch) : c_n_d;
-      const at::Tensor h_first =
-          i == 0 ? h0 : state_before(out_d, segments[i - 1], s.batch);
-      const at::Tensor c_first =
-          i == 0 ? c0 : state_before(cells_d, segments[i - 1], s.batch);
-      forward_block(*plans[i], sizes, {w, bias, h_first, c_first, &packed}, b);
+      b.buffers.h_n = p.packed ? h_scratch.narrow(0, 0, s.batch) : dir.h_n;
+      b.buffers.c_n = p.packed ? c_scratch.narrow(0, 0, s.batch) : dir.c_n;
+      b.h_first = i == 0 ? direction_of(in.h0, d, stacked)
+                         : state_before(dir.out, segments[i - 1], s.batch);
+      b.c_first = i == 0 ? direction_of(in.c0, d, stacked)
+                         : state_before(dir.cells, segments[i - 1], s.batch);
+      dir.blocks.push_back(std::move(b));
     }
+  };
+  const auto inputs = [&](Direction& dir, const PlannedBlock& b) {
+    return ForwardInputs{dir.w, dir.bias, b.h_first, b.c_first, &dir.packed};
+  };
+  // Direction d's blocks, in order, then its output in the op's rows.
+  const auto run = [&](int64_t d) {
+    Direction& dir = directions[d];
+    for (PlannedBlock& b : dir.blocks) {
+      forward_block(b.plan, b.sizes, inputs(dir, b), b.buffers);
+    }
+  };
+  const auto finish = [&](int64_t d) {
+    Direction& dir = directions[d];
     if (p.packed) {
-      at::Tensor h = h_n_d;
-      at::Tensor c = c_n_d;
-      at::index_select_out(h, out_d, 0, idx->last_work);
-      at::index_select_out(c, cells_d, 0, idx->last_work);
+      at::index_select_out(dir.h_n, dir.out, 0, idx->last_work);
+      at::index_select_out(dir.c_n, dir.cells, 0, idx->last_work);
       if (!own_output) {
-        output_of(output, d, S).copy_(from_work(out_d, steps, *idx, d));
+        output_of(output, d, S).copy_(from_work(dir.out, steps, *idx, d));
       }
     } else if (!own_output) {
-      const at::Tensor h = out_d.view({T, B, S});
+      const at::Tensor h = dir.out.view({T, B, S});
       output_of(output, d, S).copy_(d == 0 ? h : h.flip(0));
     }
-  });
+  };
+
+  if (together) {
+    // One dense block a direction, by a path that runs both at once.
+    prepare(0);
+    prepare(1);
+    const PlannedBlock& b0 = directions[0].blocks.at(0);
+    const PlannedBlock& b1 = directions[1].blocks.at(0);
+    const std::array<ForwardInputs, 2> ins{
+        inputs(directions[0], b0), inputs(directions[1], b1)};
+    const std::array<ForwardBuffers, 2> bufs{b0.buffers, b1.buffers};
+    // One loop for both: one range.
+    const PathRange range(
+        "lltm::sequence_path::", [&] { return b0.plan.name() + "/together"; });
+    b0.plan.path->forward_directions(b0.plan, b0.sizes, ins, bufs);
+    finish(0);
+    finish(1);
+  } else {
+    engine.for_each_direction(p.sizes, D, [&](int64_t d) {
+      prepare(d);
+      run(d);
+      finish(d);
+    });
+  }
   if (save && p.packed && W < T * B) {
     // The rows past the work rows: never read, but an output's bytes are
     // all defined.
@@ -396,7 +482,6 @@ BackwardResult run_backward(
   const std::vector<Segment> segments =
       steps.backward_segments(in.grad_c_n.has_value());
 
-  BackwardResult result;
   at::Tensor d_weights;
   at::Tensor d_bias;
   if (mask[1]) {
@@ -411,62 +496,155 @@ BackwardResult run_backward(
   std::array<at::Tensor, 2> d_h0s;
   std::array<at::Tensor, 2> d_c0s;
 
-  engine.for_each_direction(p.sizes, D, [&](int64_t d) {
-    const at::Tensor w = direction_of(in.weights, d, stacked);
-    const at::Tensor h0_d = direction_of(h0, d, stacked);
-    const at::Tensor cells_d =
-        direction_of(in.cells, d, stacked).view({T * B, S}).narrow(0, 0, W);
-    const at::Tensor gates_d =
-        direction_of(in.gates, d, stacked).view({T * B, 3 * S}).narrow(0, 0, W);
-    at::Tensor d_weights_d =
-        mask[1] ? direction_of(d_weights, d, stacked) : at::Tensor();
-    at::Tensor d_bias_d =
-        mask[2] ? direction_of(d_bias, d, stacked) : at::Tensor();
-    const std::optional<at::Tensor> grad_h_n = in.grad_h_n
-        ? std::optional<at::Tensor>(direction_of(*in.grad_h_n, d, stacked))
-        : std::nullopt;
-    const std::optional<at::Tensor> grad_c_n = in.grad_c_n
-        ? std::optional<at::Tensor>(direction_of(*in.grad_c_n, d, stacked))
-        : std::nullopt;
-    const at::Tensor output_d = D == 1 ? output : output_of(output, d, S);
+  // The result from each direction's gradients.
+  const auto finish_backward = [&] {
+    BackwardResult result;
+    if (mask[0]) {
+      std::get<0>(result) =
+          D == 1 ? d_inputs[0] : d_inputs[0].add_(d_inputs[1]);
+    }
+    if (mask[1]) {
+      std::get<1>(result) = std::move(d_weights);
+    }
+    if (mask[2]) {
+      std::get<2>(result) = std::move(d_bias);
+    }
+    // The state gradients with the arguments' direction dimension.
+    const auto states = [&](const std::array<at::Tensor, 2>& grads) {
+      if (!stacked) {
+        return grads[0];
+      }
+      return D == 1 ? grads[0].unsqueeze(0) : at::stack({grads[0], grads[1]});
+    };
+    if (mask[3]) {
+      std::get<3>(result) = states(d_h0s);
+    }
+    if (mask[4]) {
+      std::get<4>(result) = states(d_c0s);
+    }
+    return result;
+  };
 
+  // Direction d's views of the call's tensors.
+  struct Views {
+    at::Tensor w;
+    at::Tensor h0;
+    at::Tensor cells;
+    at::Tensor gates;
+    at::Tensor d_weights;
+    at::Tensor d_bias;
+    at::Tensor output;
+    std::optional<at::Tensor> grad_h_n;
+    std::optional<at::Tensor> grad_c_n;
+  };
+  const auto views_of = [&](int64_t d) {
+    Views v;
+    v.w = direction_of(in.weights, d, stacked);
+    v.h0 = direction_of(h0, d, stacked);
+    v.cells =
+        direction_of(in.cells, d, stacked).view({T * B, S}).narrow(0, 0, W);
+    v.gates =
+        direction_of(in.gates, d, stacked).view({T * B, 3 * S}).narrow(0, 0, W);
+    if (mask[1]) {
+      v.d_weights = direction_of(d_weights, d, stacked);
+    }
+    if (mask[2]) {
+      v.d_bias = direction_of(d_bias, d, stacked);
+    }
+    if (in.grad_h_n) {
+      v.grad_h_n = direction_of(*in.grad_h_n, d, stacked);
+    }
+    if (in.grad_c_n) {
+      v.grad_c_n = direction_of(*in.grad_c_n, d, stacked);
+    }
+    v.output = D == 1 ? output : output_of(output, d, S);
+    return v;
+  };
+  // A dense call's direction d: one block, direction 1's steps in reverse.
+  struct Dense {
+    Views v;
+    std::optional<at::Tensor> grad_output;
+    at::Tensor cells;
+    at::Tensor gates;
+    at::Tensor d_gates;
+  };
+  const auto dense_of = [&](int64_t d, Scratch d_gates_slot) {
+    Dense x{views_of(d)};
+    if (in.grad_output) {
+      const at::Tensor g =
+          D == 1 ? *in.grad_output : output_of(*in.grad_output, d, S);
+      x.grad_output = d == 0 ? g : g.flip(0);
+    }
+    x.cells = x.v.cells.view({T, B, S});
+    x.gates = x.v.gates.view({T, B, 3 * S});
+    x.d_gates = engine.scratch(d_gates_slot, {T, B, 3 * S}, options);
+    return x;
+  };
+  const auto dense_inputs = [](const Dense& x) {
+    return BackwardInputs{
+        x.grad_output, x.v.grad_h_n, x.v.grad_c_n, x.v.w, x.cells, x.gates};
+  };
+  // The GEMMs over all steps after direction d's reverse loop.
+  const auto dense_finish = [&](int64_t d, Dense& x, const StateGrads& state) {
+    const at::Tensor in_x = d == 0 ? input : input.flip(0);
+    const at::Tensor h = d == 0 ? x.v.output : x.v.output.flip(0);
+    const at::Tensor d_input = dense_weight_grads(
+        engine,
+        p.sizes,
+        x.d_gates,
+        in_x,
+        x.v.w,
+        x.v.h0,
+        h,
+        mask,
+        x.v.d_weights,
+        x.v.d_bias);
+    if (mask[0]) {
+      d_inputs[d] = d == 0 ? d_input : d_input.flip(0);
+    }
+    if (mask[3]) {
+      d_h0s[d] = state.d_h0
+          ? *state.d_h0
+          : at::mm(x.d_gates.select(0, 0), weights_h(x.v.w, S));
+    }
+    d_c0s[d] = state.d_c0;
+  };
+
+  const Block dense_block{p.sizes, dtype, true, true};
+  if (runs_together(engine, p, dense_block, "lltm::sequence_backward")) {
+    std::array<Dense, 2> both{
+        dense_of(0, Scratch::kDGates), dense_of(1, Scratch::kSecondDGates)};
+    const Plan plan =
+        choice::plan_block(engine, dense_block, "lltm::sequence_backward");
+    const std::array<BackwardInputs, 2> ins{
+        dense_inputs(both[0]), dense_inputs(both[1])};
+    const std::array<at::Tensor, 2> dz{both[0].d_gates, both[1].d_gates};
+    std::vector<StateGrads> states;
+    {
+      const PathRange range("lltm::sequence_backward_path::", [&] {
+        return plan.name() + "/together";
+      });
+      states = plan.path->backward_directions(plan, p.sizes, ins, mask, dz);
+    }
+    dense_finish(0, both[0], states.at(0));
+    dense_finish(1, both[1], states.at(1));
+    return finish_backward();
+  }
+
+  engine.for_each_direction(p.sizes, D, [&](int64_t d) {
     if (!p.packed) {
-      // One segment; direction 1's steps in reverse.
-      const Sizes sizes{T, B, F, S};
-      std::optional<at::Tensor> grad_output;
-      if (in.grad_output) {
-        const at::Tensor g =
-            D == 1 ? *in.grad_output : output_of(*in.grad_output, d, S);
-        grad_output = d == 0 ? g : g.flip(0);
-      }
-      at::Tensor d_gates =
-          engine.scratch(Scratch::kDGates, {T, B, 3 * S}, options);
-      StateGrads state = backward_block(
-          engine,
-          sizes,
-          dtype,
-          {grad_output,
-           grad_h_n,
-           grad_c_n,
-           w,
-           cells_d.view({T, B, S}),
-           gates_d.view({T, B, 3 * S})},
-          mask,
-          d_gates);
-      const at::Tensor x = d == 0 ? input : input.flip(0);
-      const at::Tensor h = d == 0 ? output_d : output_d.flip(0);
-      const at::Tensor d_input = dense_weight_grads(
-          engine, sizes, d_gates, x, w, h0_d, h, mask, d_weights_d, d_bias_d);
-      if (mask[0]) {
-        d_inputs[d] = d == 0 ? d_input : d_input.flip(0);
-      }
-      if (mask[3]) {
-        d_h0s[d] = state.d_h0 ? *state.d_h0
-                              : at::mm(d_gates.select(0, 0), weights_h(w, S));
-      }
-      d_c0s[d] = state.d_c0;
+      Dense x = dense_of(d, Scratch::kDGates);
+      const StateGrads state = backward_block(
+          engine, p.sizes, dtype, dense_inputs(x), mask, x.d_gates);
+      dense_finish(d, x, state);
       return;
     }
+    Views v = views_of(d);
+    const at::Tensor& w = v.w;
+    const at::Tensor& cells_d = v.cells;
+    const at::Tensor& gates_d = v.gates;
+    const std::optional<at::Tensor>& grad_h_n = v.grad_h_n;
+    const std::optional<at::Tensor>& grad_c_n = v.grad_c_n;
 
     // A packed input: the upstream gradient in the work rows, with each
     // sequence's grad_h_n added at its last step.
@@ -538,40 +716,18 @@ BackwardResult run_backward(
       d_inputs[d] = engine_mm(engine, dz, weights_x(w, S));
     }
     if (mask[1]) {
-      at::Tensor d_w_x = d_weights_d.narrow(1, S, F);
+      at::Tensor d_w_x = v.d_weights.narrow(1, S, F);
       at::mm_out(d_w_x, dz.t(), input);
       const at::Tensor previous =
-          at::cat({h0_d, output_d}).index_select(0, idx->previous_of_packed[d]);
-      at::Tensor d_w_h = d_weights_d.narrow(1, 0, S);
+          at::cat({v.h0, v.output}).index_select(0, idx->previous_of_packed[d]);
+      at::Tensor d_w_h = v.d_weights.narrow(1, 0, S);
       at::mm_out(d_w_h, dz.t(), previous);
     }
     if (mask[2]) {
-      at::sum_out(d_bias_d, dz, 0);
+      at::sum_out(v.d_bias, dz, 0);
     }
   });
-  if (mask[0]) {
-    std::get<0>(result) = D == 1 ? d_inputs[0] : d_inputs[0].add_(d_inputs[1]);
-  }
-  if (mask[1]) {
-    std::get<1>(result) = std::move(d_weights);
-  }
-  if (mask[2]) {
-    std::get<2>(result) = std::move(d_bias);
-  }
-  // The state gradients with the arguments' direction dimension.
-  const auto states = [&](const std::array<at::Tensor, 2>& grads) {
-    if (!stacked) {
-      return grads[0];
-    }
-    return D == 1 ? grads[0].unsqueeze(0) : at::stack({grads[0], grads[1]});
-  };
-  if (mask[3]) {
-    std::get<3>(result) = states(d_h0s);
-  }
-  if (mask[4]) {
-    std::get<4>(result) = states(d_c0s);
-  }
-  return result;
+  return finish_backward();
 }
 
 } // namespace lltm::sequence

@@ -26,8 +26,8 @@
 // nn.LSTM's bidirectional layer does: direction 1 runs from the last step to
 // the first. output is [T, B, D * S] (direction d in columns [d S, (d+1) S)),
 // h_n and c_n [D, B, S], and d_input the sum of both directions'. The two
-// run at once (Engine::for_each_direction). Weights [3S, S + F] are one
-// direction with no direction dimension anywhere.
+// run at once (Engine::for_each_direction, Engine::together). Weights
+// [3S, S + F] are one direction with no direction dimension anywhere.
 //
 // Variable lengths. With batch_sizes (int64 on the CPU, [T], as a
 // PackedSequence holds it: non-increasing, batch_sizes[0] = B), input is
@@ -240,8 +240,18 @@ struct StateGrads {
 };
 
 // The op's own buffers, which Engine::scratch may keep between calls.
-enum class Scratch { kGates, kCells, kOutput, kDGates, kProjection };
-constexpr size_t kScratchSlots = 5;
+// kSecond*: direction 1's, where both directions run on one thread
+// (Engine::together).
+enum class Scratch {
+  kGates,
+  kCells,
+  kOutput,
+  kDGates,
+  kProjection,
+  kSecondDGates,
+  kSecondProjection
+};
+constexpr size_t kScratchSlots = 7;
 
 // What a device brings to the ops besides its paths (path.h).
 struct Engine {
@@ -266,6 +276,11 @@ struct Engine {
       const Sizes& sizes,
       int64_t directions,
       c10::function_ref<void(int64_t)> body);
+  // Whether a bidirectional call of these sizes runs its directions'
+  // steps together, one parallel region a step for the work of both, where
+  // the block's path can (Path::forward_directions); else
+  // for_each_direction runs them. nullptr: never.
+  bool (*together)(const Sizes& sizes, int64_t directions);
   // The fewest steps of a packed batch's segment that ends where a
   // sequence ends before its last step (1: a segment wherever the batch
   // shrinks).

@@ -149,7 +149,9 @@ def paths_that_ran(fn: Callable[[], object]) -> PathsThatRan:
     """Run ``fn()`` once under ``torch.profiler`` and name the plans it ran.
 
     Each direction of each layer is one block of steps (a packed batch's
-    segments are a block each); a forward's blocks are in ``forward``, a
+    segments are a block each), and a bidirectional layer whose directions
+    ran their steps together is one, ``<plan>/together``
+    (``LLTM_DIRECTIONS``); a forward's blocks are in ``forward``, a
     backward's (when ``fn`` runs one) in ``backward``; the cell ops' paths on
     CUDA in ``cell`` and ``cell_backward``. The profiler's own lines at its
     start and stop are kept out of stderr.

@@ -30,17 +30,19 @@ constexpr char kBackwardLayout = 0;
 constexpr int64_t kTaskMacs = int64_t(1) << 15;
 
 // W in one of bf16.h's panel layouts (with `features` columns of W_x
-// after W_h's in the forward's), a panel per task.
+// after W_h's in the forward's), a panel per task, in layout buffer `index`
+// of `owner` (layout_buffer).
 at::Tensor panels(
     const at::Tensor& weights,
     int64_t S,
     int64_t features,
     bool backward,
-    const void* owner) {
+    const void* owner,
+    int index) {
   const int64_t count = (S + bf16::kPanelWidth - 1) / bf16::kPanelWidth;
   at::Tensor out = layout_buffer(
       owner,
-      0,
+      index,
       {backward ? bf16::backward_panels_numel(S)
                 : bf16::forward_panels_numel(S, features)},
       weights.options());
@@ -63,66 +65,93 @@ int64_t grain(int64_t block_rows, int64_t K) {
       1, kTaskMacs / (block_rows * 3 * bf16::kPanelWidth * K));
 }
 
-// The forward's steps over panels `w` (pack_forward's layout): with `input`
-// ([T, B, F], dense) each step adds x_t W_x^T itself; without, the
-// projection is in buffers.projection (float32) or buffers.gates.
+// The forward's steps of each direction (inputs, buffers and panels in
+// pack_forward's layout, one each), one parallel region a step for all:
+// with `in_steps`, each step adds x_t W_x^T itself from buffers.input; else
+// the projection is in buffers.projection (float32) or buffers.gates.
 void forward_steps(
     const Sizes& sizes,
-    const ForwardInputs& in,
-    ForwardBuffers& buffers,
-    const at::Tensor& w,
-    const at::Tensor& input) {
+    c10::ArrayRef<ForwardInputs> ins,
+    c10::ArrayRef<ForwardBuffers> bufs,
+    c10::ArrayRef<at::Tensor> w,
+    bool in_steps) {
   const int64_t steps = sizes.steps;
   const int64_t B = sizes.batch;
   const int64_t F = sizes.input_features;
   const int64_t S = sizes.state_size;
   const int64_t BS = B * S;
+  const auto count = static_cast<int64_t>(ins.size());
   // The plan ran only where the kernels exist.
   const bf16::Kernels& k = *bf16::kernels();
-  const bool in_steps = input.defined();
-  const BFloat16* x = in_steps ? input.const_data_ptr<BFloat16>() : nullptr;
-  const at::Tensor bias_c = in.bias.contiguous();
-  const at::Tensor h0_c = in.h0.contiguous();
-  // The cell in float32 for the whole block: a fresh copy of c0.
-  at::Tensor cell = in.c0.to(at::kFloat).contiguous();
-  const bool save = buffers.cells.defined();
-  BFloat16* gates = buffers.gates.mutable_data_ptr<BFloat16>();
-  const float* projection = buffers.projection.defined()
-      ? buffers.projection.const_data_ptr<float>()
-      : nullptr;
-  BFloat16* output = buffers.output.mutable_data_ptr<BFloat16>();
-  BFloat16* cells = save ? buffers.cells.mutable_data_ptr<BFloat16>() : nullptr;
+  const bool save = bufs[0].cells.defined();
+  // Each direction's operands, dense; its cell in float32 for the whole
+  // block, from a fresh copy of c0.
+  struct Loop {
+    at::Tensor bias;
+    at::Tensor h0;
+    at::Tensor cell;
+    const BFloat16* x;
+    BFloat16* gates;
+    const float* projection;
+    BFloat16* output;
+    BFloat16* cells;
+  };
+  c10::SmallVector<Loop, 2> loops;
+  for (int64_t d = 0; d < count; ++d) {
+    const ForwardBuffers& b = bufs[d];
+    loops.push_back(
+        {ins[d].bias.contiguous(),
+         ins[d].h0.contiguous(),
+         ins[d].c0.to(at::kFloat).contiguous(),
+         in_steps ? b.input.const_data_ptr<BFloat16>() : nullptr,
+         b.gates.mutable_data_ptr<BFloat16>(),
+         b.projection.defined() ? b.projection.const_data_ptr<float>()
+                                : nullptr,
+         b.output.mutable_data_ptr<BFloat16>(),
+         save ? b.cells.mutable_data_ptr<BFloat16>() : nullptr});
+  }
   const int64_t row_blocks = (B + bf16::kBlockRows - 1) / bf16::kBlockRows;
   const int64_t tasks =
       (S + bf16::kPanelWidth - 1) / bf16::kPanelWidth * row_blocks;
   const int64_t task_grain = grain(bf16::kBlockRows, S + (in_steps ? F : 0));
+  c10::SmallVector<bf16::StepArgs, 2> args(count);
   for (int64_t t = 0; t < steps; ++t) {
-    bf16::StepArgs args{};
-    args.h = t == 0 ? h0_c.const_data_ptr<BFloat16>() : output + (t - 1) * BS;
-    args.w = w.const_data_ptr<BFloat16>();
-    if (in_steps) {
-      args.x = x + t * B * F;
-      args.features = F;
-    } else {
-      args.z = gates + t * B * 3 * S;
-      args.z_f32 = projection != nullptr ? projection + t * B * 3 * S : nullptr;
+    for (int64_t d = 0; d < count; ++d) {
+      const Loop& l = loops[d];
+      bf16::StepArgs& a = args[d];
+      a = {};
+      a.h = t == 0 ? l.h0.const_data_ptr<BFloat16>() : l.output + (t - 1) * BS;
+      a.w = w[d].const_data_ptr<BFloat16>();
+      if (in_steps) {
+        a.x = l.x + t * B * F;
+        a.features = F;
+      } else {
+        a.z = l.gates + t * B * 3 * S;
+        a.z_f32 =
+            l.projection != nullptr ? l.projection + t * B * 3 * S : nullptr;
+      }
+      a.bias = l.bias.const_data_ptr<BFloat16>();
+      a.cell = l.cell.mutable_data_ptr<float>();
+      a.new_h = l.output + t * BS;
+      a.new_cell = save ? l.cells + t * BS : nullptr;
+      // [i | o | g] over the step's projection, element for element.
+      a.activations = save ? l.gates + t * B * 3 * S : nullptr;
+      a.batch = B;
+      a.state = S;
     }
-    args.bias = bias_c.const_data_ptr<BFloat16>();
-    args.cell = cell.mutable_data_ptr<float>();
-    args.new_h = output + t * BS;
-    args.new_cell = save ? cells + t * BS : nullptr;
-    // [i | o | g] over the step's projection, element for element.
-    args.activations = save ? gates + t * B * 3 * S : nullptr;
-    args.batch = B;
-    args.state = S;
-    at::parallel_for(0, tasks, task_grain, [&](int64_t begin, int64_t end) {
-      k.step(args, begin, end);
-    });
+    parallel_directions(
+        count, tasks, task_grain, [&](int64_t d, int64_t begin, int64_t end) {
+          k.step(args[d], begin, end);
+        });
   }
-  BFloat16* h_n = buffers.h_n.mutable_data_ptr<BFloat16>();
-  std::copy(output + (steps - 1) * BS, output + steps * BS, h_n);
-  // Rounded as the kernel rounds the saved cells: c_n equals cells[T - 1].
-  buffers.c_n.copy_(cell.view(buffers.c_n.sizes()));
+  for (int64_t d = 0; d < count; ++d) {
+    const Loop& l = loops[d];
+    BFloat16* h_n = bufs[d].h_n.mutable_data_ptr<BFloat16>();
+    std::copy(l.output + (steps - 1) * BS, l.output + steps * BS, h_n);
+    // Rounded as the kernel rounds the saved cells: c_n equals
+    // cells[T - 1].
+    bufs[d].c_n.copy_(l.cell.view(bufs[d].c_n.sizes()));
+  }
 }
 
 } // namespace
@@ -141,81 +170,134 @@ bool runs(const Block& block, std::string* why_not) {
   return true;
 }
 
+void forward_directions(
+    const Plan& plan,
+    const Sizes& sizes,
+    c10::ArrayRef<ForwardInputs> inputs,
+    c10::ArrayRef<ForwardBuffers> buffers) {
+  const bool in_steps = plan.input_in_steps;
+  const int64_t features = in_steps ? sizes.input_features : 0;
+  c10::SmallVector<at::Tensor, 2> w;
+  for (size_t d = 0; d < inputs.size(); ++d) {
+    const ForwardInputs& in = inputs[d];
+    // The plan's path owns the layout: dpbf16's and dpbf16_input's differ.
+    w.push_back(kept(
+        in.packed != nullptr ? in.packed->layout(plan.path, 0) : nullptr, [&] {
+          return panels(
+              in.weights,
+              sizes.state_size,
+              features,
+              false,
+              plan.path,
+              static_cast<int>(d));
+        }));
+  }
+  forward_steps(sizes, inputs, buffers, w, in_steps);
+}
+
 void forward(
     const Plan& plan,
     const Sizes& sizes,
     const ForwardInputs& in,
     ForwardBuffers& buffers) {
-  const at::Tensor input = plan.input_in_steps ? buffers.input : at::Tensor();
-  const int64_t features = input.defined() ? sizes.input_features : 0;
-  // The plan's path owns the layout: dpbf16's and dpbf16_input's differ.
-  const at::Tensor w = kept(
-      in.packed != nullptr ? in.packed->layout(plan.path, 0) : nullptr, [&] {
-        return panels(in.weights, sizes.state_size, features, false, plan.path);
-      });
-  forward_steps(sizes, in, buffers, w, input);
+  forward_directions(plan, sizes, in, buffers);
 }
 
-StateGrads backward(
+std::vector<StateGrads> backward_directions(
     const Plan& /*plan*/,
     const Sizes& sizes,
-    const BackwardInputs& in,
+    c10::ArrayRef<BackwardInputs> inputs,
     const OutputMask& /*output_mask*/,
-    at::Tensor& d_gates) {
-  const std::optional<at::Tensor>& grad_output = in.grad_output;
-  const std::optional<at::Tensor>& grad_h_n = in.grad_h_n;
+    c10::ArrayRef<at::Tensor> d_gates) {
   const int64_t steps = sizes.steps;
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   const int64_t BS = B * S;
+  const auto count = static_cast<int64_t>(inputs.size());
   // The plan ran only where the kernels exist.
   const bf16::Kernels& k = *bf16::kernels();
-  const at::Tensor w = kept(
-      in.packed != nullptr ? in.packed->layout(&kBackwardLayout, 0) : nullptr,
-      [&] { return panels(in.weights, S, 0, true, &kBackwardLayout); });
-  const auto options = in.gates.options().dtype(at::kFloat);
-  // dc_t in float32, in turns: step t reads dc_t and writes dc_{t-1}.
-  const std::array<at::Tensor, 2> dc{
-      at::empty({B, S}, options), at::empty({B, S}, options)};
-  std::optional<at::Tensor> grad_h_n_dense;
-  if (grad_output && grad_h_n) {
-    grad_h_n_dense = grad_h_n->contiguous();
+  // Each direction's operands; dc_t in float32, in turns: step t reads
+  // dc_t and writes dc_{t-1}.
+  struct Loop {
+    at::Tensor w;
+    std::array<at::Tensor, 2> dc;
+    std::optional<at::Tensor> grad_h_n_dense;
+    BFloat16* dz;
+    const BFloat16* act;
+    const BFloat16* cell;
+  };
+  c10::SmallVector<Loop, 2> loops;
+  for (int64_t d = 0; d < count; ++d) {
+    const BackwardInputs& in = inputs[d];
+    const auto options = in.gates.options().dtype(at::kFloat);
+    Loop l;
+    l.w = kept(
+        in.packed != nullptr ? in.packed->layout(&kBackwardLayout, 0) : nullptr,
+        [&] {
+          return panels(
+              in.weights, S, 0, true, &kBackwardLayout, static_cast<int>(d));
+        });
+    l.dc = {at::empty({B, S}, options), at::empty({B, S}, options)};
+    if (in.grad_output && in.grad_h_n) {
+      l.grad_h_n_dense = in.grad_h_n->contiguous();
+    }
+    l.dz = d_gates[d].mutable_data_ptr<BFloat16>();
+    l.act = in.gates.const_data_ptr<BFloat16>();
+    l.cell = in.cells.const_data_ptr<BFloat16>();
+    loops.push_back(std::move(l));
   }
-  BFloat16* dz = d_gates.mutable_data_ptr<BFloat16>();
-  const BFloat16* act = in.gates.const_data_ptr<BFloat16>();
-  const BFloat16* cell = in.cells.const_data_ptr<BFloat16>();
   const int64_t row_blocks =
       (B + bf16::kBackwardBlockRows - 1) / bf16::kBackwardBlockRows;
   const int64_t tasks =
       (S + bf16::kPanelWidth - 1) / bf16::kPanelWidth * row_blocks;
   const int64_t task_grain = grain(bf16::kBackwardBlockRows, S);
+  c10::SmallVector<bf16::BackwardStepArgs, 2> args(count);
   for (int64_t t = steps - 1; t >= 0; --t) {
-    bf16::BackwardStepArgs args{};
-    args.w = w.const_data_ptr<BFloat16>();
-    args.grad_h = strided_step<BFloat16>(grad_output, t);
-    if (t == steps - 1) {
-      args.dz_next = nullptr;
-      if (!grad_output) {
-        args.grad_h = strided<BFloat16>(grad_h_n);
-      } else if (grad_h_n_dense) {
-        args.grad_h_add = grad_h_n_dense->const_data_ptr<BFloat16>();
+    for (int64_t d = 0; d < count; ++d) {
+      const BackwardInputs& in = inputs[d];
+      const Loop& l = loops[d];
+      bf16::BackwardStepArgs& a = args[d];
+      a = {};
+      a.w = l.w.const_data_ptr<BFloat16>();
+      a.grad_h = strided_step<BFloat16>(in.grad_output, t);
+      if (t == steps - 1) {
+        a.dz_next = nullptr;
+        if (!in.grad_output) {
+          a.grad_h = strided<BFloat16>(in.grad_h_n);
+        } else if (l.grad_h_n_dense) {
+          a.grad_h_add = l.grad_h_n_dense->const_data_ptr<BFloat16>();
+        }
+        a.grad_cell = strided<BFloat16>(in.grad_c_n);
+      } else {
+        a.dz_next = l.dz + (t + 1) * B * 3 * S;
+        a.grad_cell_f = l.dc[(t + 1) % 2].const_data_ptr<float>();
       }
-      args.grad_cell = strided<BFloat16>(in.grad_c_n);
-    } else {
-      args.dz_next = dz + (t + 1) * B * 3 * S;
-      args.grad_cell_f = dc[(t + 1) % 2].const_data_ptr<float>();
+      a.new_cell = l.cell + t * BS;
+      a.activations = l.act + t * B * 3 * S;
+      a.d_gates = l.dz + t * B * 3 * S;
+      a.d_old_cell = l.dc[t % 2].mutable_data_ptr<float>();
+      a.batch = B;
+      a.state = S;
     }
-    args.new_cell = cell + t * BS;
-    args.activations = act + t * B * 3 * S;
-    args.d_gates = dz + t * B * 3 * S;
-    args.d_old_cell = dc[t % 2].mutable_data_ptr<float>();
-    args.batch = B;
-    args.state = S;
-    at::parallel_for(0, tasks, task_grain, [&](int64_t begin, int64_t end) {
-      k.backward_step(args, begin, end);
-    });
+    parallel_directions(
+        count, tasks, task_grain, [&](int64_t d, int64_t begin, int64_t end) {
+          k.backward_step(args[d], begin, end);
+        });
   }
-  return {dc[0].to(at::kBFloat16), std::nullopt};
+  std::vector<StateGrads> grads;
+  for (const Loop& l : loops) {
+    grads.push_back({l.dc[0].to(at::kBFloat16), std::nullopt});
+  }
+  return grads;
+}
+
+StateGrads backward(
+    const Plan& plan,
+    const Sizes& sizes,
+    const BackwardInputs& in,
+    const OutputMask& output_mask,
+    at::Tensor& d_gates) {
+  return backward_directions(plan, sizes, in, output_mask, d_gates)[0];
 }
 
 } // namespace dpbf16
@@ -251,7 +333,9 @@ const Path kDpBf16{
     nullptr,
     &estimate,
     &dpbf16::forward,
-    &dpbf16::backward};
+    &dpbf16::backward,
+    &dpbf16::forward_directions,
+    &dpbf16::backward_directions};
 
 } // namespace
 

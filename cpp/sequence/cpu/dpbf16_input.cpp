@@ -39,7 +39,9 @@ const Path kDpBf16Input{
     nullptr,
     &estimate,
     &dpbf16::forward,
-    &dpbf16::backward};
+    &dpbf16::backward,
+    &dpbf16::forward_directions,
+    &dpbf16::backward_directions};
 
 } // namespace
 

@@ -2,8 +2,9 @@
 // block of rows of a panel of W_h^T's columns and the cell on them
 // (cpp/cpu_kernels/kernels.cpp, FusedStepArgs): no GEMM library and no
 // pointwise pass, and each thread runs the same panels at every step, from
-// its own cache. float32 alone. Its forward and reverse loop serve
-// fused_input too (fused.h).
+// its own cache; a bidirectional call's two directions share each step's
+// region where the engine runs them together. float32 alone. Its forward
+// and reverse loop serve fused_input too (fused.h).
 #include "cpp/sequence/cpu/fused.h"
 
 #include "cpp/sequence/cpu/loops.h"
@@ -25,10 +26,11 @@ constexpr int64_t kTaskMacs = int64_t(1) << 15;
 at::Tensor backward_panels(
     const at::Tensor& weights,
     int64_t S,
-    int64_t width) {
+    int64_t width,
+    int index) {
   const int64_t panels = (S + width - 1) / width;
   at::Tensor out = layout_buffer(
-      &kBackwardLayout, 0, {panels, 3 * S, width}, weights.options());
+      &kBackwardLayout, index, {panels, 3 * S, width}, weights.options());
   const float* w = weights.const_data_ptr<float>();
   const int64_t row = weights.stride(0);
   const int64_t col = weights.stride(1);
@@ -56,16 +58,17 @@ at::Tensor backward_panels(
 
 // Rows [0, K) of W^T (weights [3S, S + F]: W_h^T's S rows, then W_x^T's F)
 // in panels of `width` state units, [panels, K, 3, width], zeros past the
-// state's end, in the layout buffer of `owner` (layout_buffer).
+// state's end, in layout buffer `index` of `owner` (layout_buffer).
 at::Tensor forward_panels(
     const at::Tensor& weights,
     int64_t S,
     int64_t K,
     int64_t width,
-    const void* owner) {
+    const void* owner,
+    int index) {
   const int64_t panels = (S + width - 1) / width;
   at::Tensor out =
-      layout_buffer(owner, 0, {panels, K, 3, width}, weights.options());
+      layout_buffer(owner, index, {panels, K, 3, width}, weights.options());
   const float* w = weights.const_data_ptr<float>();
   const int64_t row = weights.stride(0);
   const int64_t col = weights.stride(1);
@@ -107,64 +110,90 @@ at::Tensor forward_panels(
   return out;
 }
 
-// The forward's steps over `panels` (forward_panels' layout): with `input`
-// ([T, B, F], dense) each step adds x_t W_x^T itself (K = S + F); without,
-// buffers.gates holds the projection (K = S).
+// The forward's steps of each direction (inputs, buffers and panels in
+// forward_panels' layout, one each), one parallel region a step for all:
+// with `in_steps`, each step adds x_t W_x^T itself from buffers.input
+// (K = S + F); else buffers.gates holds the projection (K = S).
 void forward_steps(
     const Sizes& sizes,
-    const ForwardInputs& in,
-    ForwardBuffers& buffers,
-    const at::Tensor& panels,
-    const at::Tensor& input) {
+    c10::ArrayRef<ForwardInputs> ins,
+    c10::ArrayRef<ForwardBuffers> bufs,
+    c10::ArrayRef<at::Tensor> panels,
+    bool in_steps) {
   const int64_t steps = sizes.steps;
   const int64_t B = sizes.batch;
   const int64_t F = sizes.input_features;
   const int64_t S = sizes.state_size;
   const int64_t BS = B * S;
-  const int64_t K = S + (input.defined() ? F : 0);
+  const int64_t K = S + (in_steps ? F : 0);
+  const auto count = static_cast<int64_t>(ins.size());
   const auto& k = cpu::best_kernels<float>();
-  const at::Tensor bias_c = in.bias.contiguous();
-  const at::Tensor h0_c = in.h0.contiguous();
-  const at::Tensor c0_c = in.c0.contiguous();
-  const bool save = buffers.cells.defined();
-  const bool in_steps = input.defined();
-  const float* x = in_steps ? input.const_data_ptr<float>() : nullptr;
-  float* gates = buffers.gates.mutable_data_ptr<float>();
-  float* output = buffers.output.mutable_data_ptr<float>();
-  float* cells = save ? buffers.cells.mutable_data_ptr<float>() : nullptr;
-  float* c_n = buffers.c_n.mutable_data_ptr<float>();
+  // Each direction's operands, dense.
+  struct Loop {
+    at::Tensor bias;
+    at::Tensor h0;
+    at::Tensor c0;
+    const float* x;
+    float* gates;
+    float* output;
+    float* cells;
+    float* c_n;
+  };
+  const bool save = bufs[0].cells.defined();
+  c10::SmallVector<Loop, 2> loops;
+  for (int64_t d = 0; d < count; ++d) {
+    const ForwardBuffers& b = bufs[d];
+    loops.push_back(
+        {ins[d].bias.contiguous(),
+         ins[d].h0.contiguous(),
+         ins[d].c0.contiguous(),
+         in_steps ? b.input.const_data_ptr<float>() : nullptr,
+         b.gates.mutable_data_ptr<float>(),
+         b.output.mutable_data_ptr<float>(),
+         save ? b.cells.mutable_data_ptr<float>() : nullptr,
+         b.c_n.mutable_data_ptr<float>()});
+  }
   const int64_t row_blocks = (B + k.block_rows - 1) / k.block_rows;
   const int64_t tasks = (S + k.panel_width - 1) / k.panel_width * row_blocks;
   const int64_t grain =
       std::max<int64_t>(1, kTaskMacs / (k.block_rows * 3 * k.panel_width * K));
+  c10::SmallVector<cpu::FusedStepArgs<float>, 2> args(count);
   for (int64_t t = 0; t < steps; ++t) {
-    cpu::FusedStepArgs<float> args{};
-    args.h = t == 0 ? h0_c.const_data_ptr<float>() : output + (t - 1) * BS;
-    args.w = panels.const_data_ptr<float>();
-    if (in_steps) {
-      args.x = x + t * B * F;
-      args.features = F;
-    } else {
-      args.z = gates + t * B * 3 * S;
+    for (int64_t d = 0; d < count; ++d) {
+      const Loop& l = loops[d];
+      cpu::FusedStepArgs<float>& a = args[d];
+      a = {};
+      a.h = t == 0 ? l.h0.const_data_ptr<float>() : l.output + (t - 1) * BS;
+      a.w = panels[d].const_data_ptr<float>();
+      if (in_steps) {
+        a.x = l.x + t * B * F;
+        a.features = F;
+      } else {
+        a.z = l.gates + t * B * 3 * S;
+      }
+      a.bias = l.bias.const_data_ptr<float>();
+      // Without saving, c_t is written over c_{t-1} in c_n.
+      a.old_cell = t == 0 ? l.c0.const_data_ptr<float>()
+                          : (save ? l.cells + (t - 1) * BS : l.c_n);
+      a.new_h = l.output + t * BS;
+      a.new_cell = save ? l.cells + t * BS : l.c_n;
+      // [i | o | g] over the step's projection, element for element.
+      a.activations = save ? l.gates + t * B * 3 * S : nullptr;
+      a.batch = B;
+      a.state = S;
     }
-    args.bias = bias_c.const_data_ptr<float>();
-    // Without saving, c_t is written over c_{t-1} in c_n.
-    args.old_cell = t == 0 ? c0_c.const_data_ptr<float>()
-                           : (save ? cells + (t - 1) * BS : c_n);
-    args.new_h = output + t * BS;
-    args.new_cell = save ? cells + t * BS : c_n;
-    // [i | o | g] over the step's projection, element for element.
-    args.activations = save ? gates + t * B * 3 * S : nullptr;
-    args.batch = B;
-    args.state = S;
-    at::parallel_for(0, tasks, grain, [&](int64_t begin, int64_t end) {
-      k.fused_step(args, begin, end);
-    });
+    parallel_directions(
+        count, tasks, grain, [&](int64_t d, int64_t begin, int64_t end) {
+          k.fused_step(args[d], begin, end);
+        });
   }
-  float* h_n = buffers.h_n.mutable_data_ptr<float>();
-  std::copy(output + (steps - 1) * BS, output + steps * BS, h_n);
-  if (save) {
-    std::copy(cells + (steps - 1) * BS, cells + steps * BS, c_n);
+  for (int64_t d = 0; d < count; ++d) {
+    const Loop& l = loops[d];
+    float* h_n = bufs[d].h_n.mutable_data_ptr<float>();
+    std::copy(l.output + (steps - 1) * BS, l.output + steps * BS, h_n);
+    if (save) {
+      std::copy(l.cells + (steps - 1) * BS, l.cells + steps * BS, l.c_n);
+    }
   }
 }
 
@@ -178,86 +207,134 @@ bool runs(const Block& block, std::string* why_not) {
   return true;
 }
 
+void forward_directions(
+    const Plan& plan,
+    const Sizes& sizes,
+    c10::ArrayRef<ForwardInputs> inputs,
+    c10::ArrayRef<ForwardBuffers> buffers) {
+  const int64_t S = sizes.state_size;
+  const bool in_steps = plan.input_in_steps;
+  const int64_t K = S + (in_steps ? sizes.input_features : 0);
+  c10::SmallVector<at::Tensor, 2> panels;
+  for (size_t d = 0; d < inputs.size(); ++d) {
+    const ForwardInputs& in = inputs[d];
+    // The plan's path owns the layout: fused's and fused_input's differ.
+    panels.push_back(kept(
+        in.packed != nullptr ? in.packed->layout(plan.path, 0) : nullptr, [&] {
+          return forward_panels(
+              in.weights,
+              S,
+              K,
+              cpu::best_kernels<float>().panel_width,
+              plan.path,
+              static_cast<int>(d));
+        }));
+  }
+  forward_steps(sizes, inputs, buffers, panels, in_steps);
+}
+
 void forward(
     const Plan& plan,
     const Sizes& sizes,
     const ForwardInputs& in,
     ForwardBuffers& buffers) {
-  const int64_t S = sizes.state_size;
-  const at::Tensor input = plan.input_in_steps ? buffers.input : at::Tensor();
-  const int64_t K = S + (input.defined() ? sizes.input_features : 0);
-  // The plan's path owns the layout: fused's and fused_input's differ.
-  const at::Tensor panels = kept(
-      in.packed != nullptr ? in.packed->layout(plan.path, 0) : nullptr, [&] {
-        return forward_panels(
-            in.weights,
-            S,
-            K,
-            cpu::best_kernels<float>().panel_width,
-            plan.path);
-      });
-  forward_steps(sizes, in, buffers, panels, input);
+  forward_directions(plan, sizes, in, buffers);
 }
 
-StateGrads backward(
+std::vector<StateGrads> backward_directions(
     const Plan& /*plan*/,
     const Sizes& sizes,
-    const BackwardInputs& in,
+    c10::ArrayRef<BackwardInputs> inputs,
     const OutputMask& /*output_mask*/,
-    at::Tensor& d_gates) {
-  const std::optional<at::Tensor>& grad_output = in.grad_output;
-  const std::optional<at::Tensor>& grad_h_n = in.grad_h_n;
+    c10::ArrayRef<at::Tensor> d_gates) {
   const int64_t steps = sizes.steps;
   const int64_t B = sizes.batch;
   const int64_t S = sizes.state_size;
   const int64_t BS = B * S;
+  const auto count = static_cast<int64_t>(inputs.size());
   const auto& k = cpu::best_kernels<float>();
-  const at::Tensor panels = kept(
-      in.packed != nullptr ? in.packed->layout(&kBackwardLayout, 0) : nullptr,
-      [&] { return backward_panels(in.weights, S, k.panel_width); });
-  const auto options = in.gates.options();
-  // dc_t, in turns: step t reads dc_t and writes dc_{t-1}.
-  const std::array<at::Tensor, 2> dc{
-      at::empty({B, S}, options), at::empty({B, S}, options)};
-  std::optional<at::Tensor> grad_h_n_dense;
-  if (grad_output && grad_h_n) {
-    grad_h_n_dense = grad_h_n->contiguous();
+  // Each direction's operands; dc_t in turns: step t reads dc_t and writes
+  // dc_{t-1}.
+  struct Loop {
+    at::Tensor panels;
+    std::array<at::Tensor, 2> dc;
+    std::optional<at::Tensor> grad_h_n_dense;
+    float* dz;
+    const float* act;
+    const float* cell;
+  };
+  c10::SmallVector<Loop, 2> loops;
+  for (int64_t d = 0; d < count; ++d) {
+    const BackwardInputs& in = inputs[d];
+    const auto options = in.gates.options();
+    Loop l;
+    l.panels = kept(
+        in.packed != nullptr ? in.packed->layout(&kBackwardLayout, 0) : nullptr,
+        [&] {
+          return backward_panels(
+              in.weights, S, k.panel_width, static_cast<int>(d));
+        });
+    l.dc = {at::empty({B, S}, options), at::empty({B, S}, options)};
+    if (in.grad_output && in.grad_h_n) {
+      l.grad_h_n_dense = in.grad_h_n->contiguous();
+    }
+    l.dz = d_gates[d].mutable_data_ptr<float>();
+    l.act = in.gates.const_data_ptr<float>();
+    l.cell = in.cells.const_data_ptr<float>();
+    loops.push_back(std::move(l));
   }
-  float* dz = d_gates.mutable_data_ptr<float>();
-  const float* act = in.gates.const_data_ptr<float>();
-  const float* cell = in.cells.const_data_ptr<float>();
   const int64_t row_blocks =
       (B + k.backward_block_rows - 1) / k.backward_block_rows;
   const int64_t tasks = (S + k.panel_width - 1) / k.panel_width * row_blocks;
   const int64_t grain = std::max<int64_t>(
       1, kTaskMacs / (k.backward_block_rows * 3 * k.panel_width * S));
+  c10::SmallVector<cpu::FusedBackwardStepArgs<float>, 2> args(count);
   for (int64_t t = steps - 1; t >= 0; --t) {
-    cpu::FusedBackwardStepArgs<float> args{};
-    args.w = panels.const_data_ptr<float>();
-    args.grad_h = strided_step<float>(grad_output, t);
-    if (t == steps - 1) {
-      args.dz_next = nullptr;
-      if (!grad_output) {
-        args.grad_h = strided<float>(grad_h_n);
-      } else if (grad_h_n_dense) {
-        args.grad_h_add = grad_h_n_dense->const_data_ptr<float>();
+    for (int64_t d = 0; d < count; ++d) {
+      const BackwardInputs& in = inputs[d];
+      const Loop& l = loops[d];
+      cpu::FusedBackwardStepArgs<float>& a = args[d];
+      a = {};
+      a.w = l.panels.const_data_ptr<float>();
+      a.grad_h = strided_step<float>(in.grad_output, t);
+      if (t == steps - 1) {
+        a.dz_next = nullptr;
+        if (!in.grad_output) {
+          a.grad_h = strided<float>(in.grad_h_n);
+        } else if (l.grad_h_n_dense) {
+          a.grad_h_add = l.grad_h_n_dense->const_data_ptr<float>();
+        }
+        a.grad_cell = strided<float>(in.grad_c_n);
+      } else {
+        a.dz_next = l.dz + (t + 1) * B * 3 * S;
+        a.grad_cell = {l.dc[(t + 1) % 2].const_data_ptr<float>(), S, 1};
       }
-      args.grad_cell = strided<float>(in.grad_c_n);
-    } else {
-      args.dz_next = dz + (t + 1) * B * 3 * S;
-      args.grad_cell = {dc[(t + 1) % 2].const_data_ptr<float>(), S, 1};
+      a.new_cell = l.cell + t * BS;
+      a.activations = l.act + t * B * 3 * S;
+      a.d_gates = l.dz + t * B * 3 * S;
+      a.d_old_cell = l.dc[t % 2].mutable_data_ptr<float>();
+      a.batch = B;
+      a.state = S;
     }
-    args.new_cell = cell + t * BS;
-    args.activations = act + t * B * 3 * S;
-    args.d_gates = dz + t * B * 3 * S;
-    args.d_old_cell = dc[t % 2].mutable_data_ptr<float>();
-    args.batch = B;
-    args.state = S;
-    at::parallel_for(0, tasks, grain, [&](int64_t begin, int64_t end) {
-      k.fused_backward_step(args, begin, end);
-    });
+    parallel_directions(
+        count, tasks, grain, [&](int64_t d, int64_t begin, int64_t end) {
+          k.fused_backward_step(args[d], begin, end);
+        });
   }
-  return {dc[0], std::nullopt};
+  std::vector<StateGrads> grads;
+  for (const Loop& l : loops) {
+    grads.push_back({l.dc[0], std::nullopt});
+  }
+  return grads;
+}
+
+StateGrads backward(
+    const Plan& plan,
+    const Sizes& sizes,
+    const BackwardInputs& in,
+    const OutputMask& output_mask,
+    at::Tensor& d_gates) {
+  return backward_directions(plan, sizes, in, output_mask, d_gates)[0];
 }
 
 } // namespace fused
@@ -289,7 +366,9 @@ const Path kFused{
     nullptr,
     &estimate,
     &fused::forward,
-    &fused::backward};
+    &fused::backward,
+    &fused::forward_directions,
+    &fused::backward_directions};
 
 } // namespace
 

@@ -31,6 +31,21 @@ StateGrads backward(
     const OutputMask& output_mask,
     at::Tensor& d_gates);
 
+// Both directions at once (Path::forward_directions and
+// backward_directions): each step's tasks of the two in one parallel
+// region, each direction with its own panels.
+void forward_directions(
+    const Plan& plan,
+    const Sizes& sizes,
+    c10::ArrayRef<ForwardInputs> inputs,
+    c10::ArrayRef<ForwardBuffers> buffers);
+std::vector<StateGrads> backward_directions(
+    const Plan& plan,
+    const Sizes& sizes,
+    c10::ArrayRef<BackwardInputs> inputs,
+    const OutputMask& output_mask,
+    c10::ArrayRef<at::Tensor> d_gates);
+
 // The reverse loop's cost (cpu/model.h), fitted by scripts/fit_cpu_paths.py
 // on fused's blocks: each path that runs it estimates its backward so.
 inline constexpr Cost kBackwardCost{3746.8, 5.20, 31457.9, 38258.3};

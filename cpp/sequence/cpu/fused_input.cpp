@@ -41,7 +41,9 @@ const Path kFusedInput{
     nullptr,
     &estimate,
     &fused::forward,
-    &fused::backward};
+    &fused::backward,
+    &fused::forward_directions,
+    &fused::backward_directions};
 
 } // namespace
 

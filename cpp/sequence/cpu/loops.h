@@ -193,6 +193,25 @@ void gemm_forward(
       [&] { forward_loop<scalar_t, Gemm>(sizes, in, b); });
 }
 
+// One parallel region over a step's tasks of `count` directions, `tasks`
+// each, direction d's task i as task d * tasks + i: run(d, begin, end) for
+// each direction's share of a thread's range. The fused paths' steps, for
+// one direction or both at once (Path::forward_directions).
+template <typename Run>
+void parallel_directions(
+    int64_t count,
+    int64_t tasks,
+    int64_t grain,
+    const Run& run) {
+  at::parallel_for(0, count * tasks, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t d = begin / tasks; d < count && d * tasks < end; ++d) {
+      run(d,
+          std::max(begin, d * tasks) - d * tasks,
+          std::min(end, (d + 1) * tasks) - d * tasks);
+    }
+  });
+}
+
 template <typename Gemm>
 StateGrads gemm_backward(
     const Plan& /*plan*/,

@@ -175,6 +175,7 @@ constexpr Engine kCudaEngine{
     /*steps_timed=*/128,
     &cuda_capturing,
     &cuda_for_each_direction,
+    /*together=*/nullptr,
     &cuda_min_segment_steps,
     &cuda_indices,
     &cuda_scratch,
