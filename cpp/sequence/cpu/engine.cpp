@@ -77,16 +77,20 @@ void cpu_for_each_direction(
 // Both directions' steps in one parallel region a step where there are
 // more threads than directions and a step's work spreads over them: on
 // threads of their own, each direction's steps had one thread, the others
-// idle (a bidirectional layer at 16 threads ran at 0.94x nn.LSTM). A step
-// of fewer multiply-adds than this (batch x 3 state x state) runs faster
-// alone on a thread than shared at the cost of a barrier.
+// idle (a bidirectional layer at 16 threads ran at 0.94x nn.LSTM). Apart,
+// a step of M multiply-adds (batch x 3 state x state) takes M / r on its
+// thread; together, 2 M / (r n) on n threads plus a barrier, which pays
+// where M (n - 2) / n is past about 2^17 multiply-adds: measured on a
+// 16-core Xeon, apart ran faster at 2^15.6 and together at 2^17.6 with 16
+// threads; with 4, the two met at 2^17.6 (docs/performance.md).
 constexpr int64_t kTogetherStepMacs = int64_t(1) << 17;
 
 bool cpu_together(const Sizes& sizes, int64_t directions) {
   const int64_t S = sizes.state_size;
-  return directions > 1 && !at::in_parallel_region() &&
-      at::get_num_threads() > directions &&
-      sizes.batch * 3 * S * S >= kTogetherStepMacs;
+  const int64_t threads = at::get_num_threads();
+  return directions > 1 && !at::in_parallel_region() && threads > directions &&
+      sizes.batch * 3 * S * S * (threads - directions) >=
+      kTogetherStepMacs * threads;
 }
 
 // Every segment of a packed batch costs the CPU a few views and no launch.
