@@ -63,6 +63,15 @@ def path_dtype(path: str, device: str) -> torch.dtype:
     return torch.float32
 
 
+def cpu_path_dtype(path: str) -> torch.dtype:
+    """The CPU path's dtype (path_dtype); skips with the plan's reason where it cannot run here."""
+    dtype = path_dtype(path, "cpu")
+    plan, why = plan_or_reason(path, "cpu", dtype, (4, 3, 5, 8))
+    if plan is None:
+        pytest.skip(why)
+    return dtype
+
+
 def skip_unless_it_runs(
     path: str, device: str, dtype: torch.dtype, shape: tuple[int, int, int, int]
 ) -> None:

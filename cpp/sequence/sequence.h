@@ -40,11 +40,12 @@
 //
 // The files: checks.cpp (the schemas and the checks every backend shares),
 // segments.{h,cpp} (how a call's steps lie in the buffers: directions and
-// the segments of a packed batch), run.cpp (what every backend runs around
-// a block of steps: the input projection, the GEMMs for all steps after the
-// backward's loop, zero steps), path.h and choice.{h,cpp} (the paths, one
-// file each under cpu/ and cuda/, and the choice of one per block). The op
-// kernels below are templates over a backend, which brings its Engine.
+// the segments of a packed batch), run.cpp and backward.cpp (what every
+// backend runs around a block of steps: the input projection, the GEMMs for
+// all steps after the backward's loop, zero steps), path.h and choice.{h,cpp}
+// (the paths, one file each under cpu/ and cuda/, and the choice of one per
+// block). The op kernels below are templates over a backend, which brings its
+// Engine.
 #pragma once
 
 #include "cpp/cell/cell.h"

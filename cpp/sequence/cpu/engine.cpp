@@ -3,7 +3,8 @@
 // the directions on threads, a packed batch's segments and indices, the
 // op's buffers and the paths' layouts of W kept between calls, and the
 // GEMMs around the blocks (gemm.cpp).
-// cpp/sequence/run.cpp does the rest (sequence.h states the math).
+// cpp/sequence/run.cpp and backward.cpp do the rest (sequence.h states the
+// math).
 #include "cpp/cell/backend.h"
 #include "cpp/sequence/choice.h"
 #include "cpp/sequence/cpu/gemm.h"

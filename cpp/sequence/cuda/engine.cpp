@@ -1,7 +1,7 @@
 // The sequence ops on CUDA: the engine under its paths (cluster.cpp,
 // persistent.cpp, fused.cpp, steps.cpp): the directions on streams, a packed
-// batch's segments and indices. cpp/sequence/run.cpp does the rest
-// (sequence.h states the math). Each call validates its inputs with the
+// batch's segments and indices. cpp/sequence/run.cpp and backward.cpp do the
+// rest (sequence.h states the math). Each call validates its inputs with the
 // shared checks, sets the device, and launches on the current stream of the
 // inputs' device.
 #include "cpp/cell/backend.h"

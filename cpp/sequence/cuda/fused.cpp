@@ -4,7 +4,7 @@
 // per step from a loop that makes no ATen call; on tensor cores
 // ("fused/mma/..."), W_h held in shared memory ("fused/held") or read in
 // chunks ("fused/chunked/..."), as the kernel library's plan says. cuBLAS
-// GEMMs around it (run.cpp).
+// GEMMs around it (run.cpp, backward.cpp).
 #include "cpp/sequence/cuda/operands.h"
 #include "cpp/sequence/path.h"
 

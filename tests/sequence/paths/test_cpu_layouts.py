@@ -12,24 +12,16 @@ import torch
 from torch.nn.utils.rnn import pack_sequence
 
 import lltm
-from sequences import assert_trains_like_the_reference, path_dtype, plan_or_reason, train
+from sequences import assert_trains_like_the_reference, cpu_path_dtype, train
 
 PACKING_PATHS = ["fused", "fused_input", "dpbf16", "dpbf16_input"]
-
-
-def runs_here(path: str) -> torch.dtype:
-    dtype = path_dtype(path, "cpu")
-    plan, why = plan_or_reason(path, "cpu", dtype, (4, 3, 5, 8))
-    if plan is None:
-        pytest.skip(why)
-    return dtype
 
 
 @pytest.mark.parametrize("path", PACKING_PATHS)
 def test_layers_taking_turns_read_their_own_weights(
     path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dtype = runs_here(path)
+    dtype = cpu_path_dtype(path)
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", path)
     torch.manual_seed(0)
     layers = [lltm.LLTMLayer(7, s, dtype=dtype) for s in (33, 17, 33)]
@@ -43,7 +35,7 @@ def test_layers_taking_turns_read_their_own_weights(
 
 @pytest.mark.parametrize("path", ["fused", "fused_input"])
 def test_both_directions_on_one_thread(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    runs_here(path)
+    cpu_path_dtype(path)
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", path)
     before = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -14,17 +14,9 @@ import torch
 from torch.nn.utils.rnn import pack_sequence
 
 import lltm
-from sequences import assert_trains_like_the_reference, path_dtype, plan_or_reason, train
+from sequences import assert_trains_like_the_reference, cpu_path_dtype, train
 
 TOGETHER_PATHS = ["fused", "fused_input", "dpbf16", "dpbf16_input"]
-
-
-def runs_here(path: str) -> torch.dtype:
-    dtype = path_dtype(path, "cpu")
-    plan, why = plan_or_reason(path, "cpu", dtype, (4, 3, 5, 8))
-    if plan is None:
-        pytest.skip(why)
-    return dtype
 
 
 def bidirectional(features: int, state: int, dtype: torch.dtype, seed: int) -> lltm.LLTMLayer:
@@ -37,7 +29,7 @@ def bidirectional(features: int, state: int, dtype: torch.dtype, seed: int) -> l
 def test_together_is_apart_bit_for_bit(
     path: str, size: tuple[int, int, int, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dtype = runs_here(path)
+    dtype = cpu_path_dtype(path)
     steps, batch, features, state = size
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", path)
     layer = bidirectional(features, state, dtype, sum(size))
@@ -54,7 +46,7 @@ def test_together_is_apart_bit_for_bit(
 
 @pytest.mark.parametrize("path", ["fused", "fused_input"])
 def test_together_trains_like_the_reference(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    runs_here(path)
+    cpu_path_dtype(path)
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", path)
     monkeypatch.setenv("LLTM_DIRECTIONS", "together")
     layer = bidirectional(6, 40, torch.float32, 3)
@@ -112,8 +104,14 @@ def test_the_engine_runs_them_together_only_past_the_directions_threads(
         torch.set_num_threads(before)
 
 
-def test_a_bad_directions_setting_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("directions", [1, 2])
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_bad_directions_setting_names_it_at_every_call(
+    directions: int, packed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LLTM_DIRECTIONS", "both")
-    layer = bidirectional(4, 8, torch.float32, 8)
+    torch.manual_seed(8)
+    layer = lltm.LLTMLayer(4, 8, bidirectional=directions == 2)
+    x = torch.randn(3, 2, 4)
     with pytest.raises(ValueError, match=r"LLTM_DIRECTIONS=both: expected together or apart"):
-        layer(torch.randn(3, 2, 4))
+        layer(pack_sequence([x[:, 0], x[:2, 1]]) if packed else x)
