@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <tuple>
 #include <unordered_map>
 
 namespace lltm::sequence::choice {
@@ -207,14 +208,16 @@ Plan chosen(
   std::vector<double> times;
   if (measuring) {
     choice.source = "measured";
+    std::vector<const Path*> candidates;
     for (const Plan& plan : plans) {
-      times.push_back(
-          time_steps(block.sizes.steps, engine.steps_timed, [&](int64_t steps) {
-            Block timed = block;
-            timed.sizes.steps = steps;
-            return time_path(engine, *plan.path, timed);
-          }));
+      candidates.push_back(plan.path);
     }
+    times =
+        time_steps(block.sizes.steps, engine.steps_timed, [&](int64_t steps) {
+          Block timed = block;
+          timed.sizes.steps = steps;
+          return time_paths(engine, candidates, timed);
+        });
   } else {
     choice.source = "model";
     for (const Plan& plan : plans) {
@@ -327,19 +330,23 @@ std::optional<Plan> plan_for(
   return plan_of(*path, block, why_not);
 }
 
-double time_steps(
+std::vector<double> time_steps(
     int64_t steps,
     int64_t timed,
-    c10::function_ref<double(int64_t)> time) {
+    c10::function_ref<std::vector<double>(int64_t)> time) {
   if (steps <= timed) {
     return time(steps);
   }
   const int64_t few = timed / 4;
-  const double at_few = time(few);
-  const double at_timed = time(timed);
-  const double per_step =
-      std::max(0.0, (at_timed - at_few) / static_cast<double>(timed - few));
-  return at_few + per_step * static_cast<double>(steps - few);
+  const std::vector<double> at_few = time(few);
+  const std::vector<double> at_timed = time(timed);
+  std::vector<double> out;
+  for (const auto i : c10::irange(at_few.size())) {
+    const double per_step = std::max(
+        0.0, (at_timed[i] - at_few[i]) / static_cast<double>(timed - few));
+    out.push_back(at_few[i] + per_step * static_cast<double>(steps - few));
+  }
+  return out;
 }
 
 namespace {
@@ -359,50 +366,110 @@ at::Tensor made_up(
       .to(options);
 }
 
-// The best of `runs` runs after a warm-up (the first run's allocations,
-// packed weights and the output's first pages), on the engine's clock.
-double best_of(const Engine& engine, int runs, c10::function_ref<void()> run) {
-  run();
-  double best = std::numeric_limits<double>::infinity();
-  for (int i = 0; i < runs; ++i) {
-    best = std::min(best, engine.time_us(run));
+// Each of `n` candidates' best microseconds on the engine's clock. Each
+// runs once untimed (its allocations, packed weights and the output's first
+// pages); then they take turns over rounds, each round starting one
+// candidate further on, so that the machine's drift reaches all of them
+// alike. A turn of a run under kShortUs is an untimed run and a timed one:
+// the timed run then finds the caches as a loop of its own calls leaves
+// them, not as another path's run does. Rounds go on past `fewest` until
+// they have taken kRoundsUs, since a block of a few steps takes about as
+// long as the noise between two runs (docs/performance.md, "Timing the
+// candidates").
+constexpr int kMostRounds = 15;
+constexpr double kRoundsUs = 20'000;
+constexpr double kShortUs = 2'000;
+
+std::vector<double> best_interleaved(
+    const Engine& engine,
+    size_t n,
+    int fewest,
+    c10::function_ref<void(size_t)> run) {
+  std::vector<bool> short_run(n);
+  for (const auto i : c10::irange(n)) {
+    short_run[i] = engine.time_us([&] { run(i); }) < kShortUs;
+  }
+  std::vector<double> best(n, std::numeric_limits<double>::infinity());
+  double spent = 0;
+  for (int round = 0;
+       round < fewest || (round < kMostRounds && spent < kRoundsUs);
+       ++round) {
+    for (const auto k : c10::irange(n)) {
+      const size_t i = (k + static_cast<size_t>(round)) % n;
+      if (short_run[i]) {
+        run(i);
+      }
+      const double took = engine.time_us([&] { run(i); });
+      best[i] = std::min(best[i], took);
+      spent += took;
+    }
   }
   return best;
 }
 
+// A block of made-up values that the candidates run over, made once; a
+// backward's saved values come from one forward, since any path's forward
+// saves what any path's backward reads.
+class Trial {
+ public:
+  Trial(const Engine& engine, const Block& block, const Path& first)
+      : engine_(engine), block_(block) {
+    const auto [T, B, F, S] = block.sizes;
+    const auto options =
+        at::TensorOptions().dtype(block.dtype).device(engine.device);
+    input_ = made_up({T, B, F}, 1.0, options);
+    weights_ = made_up({3 * S, S + F}, 1.0 / std::sqrt(double(S + F)), options);
+    bias_ = made_up({3 * S}, 0.1, options);
+    h0_ = made_up({B, S}, 0.5, options);
+    c0_ = made_up({B, S}, 0.5, options);
+    if (block.backward) {
+      const Forced forced(&first, &first);
+      const at::DisableRecordFunctionGuard unrecorded;
+      std::tie(output_, std::ignore, std::ignore, cells_, gates_) = run_forward(
+          Problem{block.sizes}, input_, inputs(), engine, /*save=*/true, kOp);
+      grad_output_ = made_up({T, B, S}, 1.0, options);
+    }
+  }
+
+  // One run of `path` over the block, the op's work around it included.
+  void run(const Path& path) const {
+    const Forced forced(&path, &path);
+    const Problem p{block_.sizes};
+    if (!block_.backward) {
+      run_forward(p, input_, inputs(), engine_, block_.save, kOp);
+      return;
+    }
+    const BackwardInputs back{
+        grad_output_, std::nullopt, std::nullopt, weights_, cells_, gates_};
+    run_backward(
+        p, input_, h0_, output_, back, {true, true, true, true, true}, engine_);
+  }
+
+ private:
+  static constexpr const char* kOp = "lltm::sequence (measuring a path)";
+
+  ForwardInputs inputs() const {
+    return ForwardInputs{weights_, bias_, h0_, c0_};
+  }
+
+  const Engine& engine_;
+  const Block& block_;
+  at::Tensor input_, weights_, bias_, h0_, c0_, output_, cells_, gates_;
+  std::optional<at::Tensor> grad_output_;
+};
+
 } // namespace
 
-double time_path(const Engine& engine, const Path& path, const Block& block) {
-  const auto [T, B, F, S] = block.sizes;
-  const auto options =
-      at::TensorOptions().dtype(block.dtype).device(engine.device);
-  const at::Tensor input = made_up({T, B, F}, 1.0, options);
-  const at::Tensor weights =
-      made_up({3 * S, S + F}, 1.0 / std::sqrt(double(S + F)), options);
-  const at::Tensor bias = made_up({3 * S}, 0.1, options);
-  const at::Tensor h0 = made_up({B, S}, 0.5, options);
-  const at::Tensor c0 = made_up({B, S}, 0.5, options);
-  const Problem p{block.sizes};
-  const ForwardInputs in{weights, bias, h0, c0};
-  constexpr const char* op = "lltm::sequence (measuring a path)";
-  // Any path's forward saves what any path's backward reads.
-  const Forced forced(&path, &path);
+std::vector<double> time_paths(
+    const Engine& engine,
+    c10::ArrayRef<const Path*> paths,
+    const Block& block) {
+  TORCH_INTERNAL_ASSERT(!paths.empty());
   // The runs are the choice's, not the caller's: a profiler sees none.
   const at::DisableRecordFunctionGuard unrecorded;
-  if (!block.backward) {
-    return best_of(
-        engine, 3, [&] { run_forward(p, input, in, engine, block.save, op); });
-  }
-  const auto [output, h_n, c_n, cells, gates] =
-      run_forward(p, input, in, engine, /*save=*/true, op);
-  const std::optional<at::Tensor> grad_output =
-      made_up({T, B, S}, 1.0, options);
-  const BackwardInputs back{
-      grad_output, std::nullopt, std::nullopt, weights, cells, gates};
-  return best_of(engine, 3, [&] {
-    run_backward(
-        p, input, h0, output, back, {true, true, true, true, true}, engine);
-  });
+  const Trial trial(engine, block, *paths.front());
+  return best_interleaved(
+      engine, paths.size(), 3, [&](size_t i) { trial.run(*paths[i]); });
 }
 
 size_t choose_library(
@@ -429,14 +496,14 @@ size_t choose_library(
     keep(key, Choice{libraries[rule], libraries[rule], "rules", {}});
     return rule;
   }
+  // Each run is a whole GEMM over every step's rows: two rounds will do.
+  const std::vector<double> times =
+      best_interleaved(engine, libraries.size(), 2, run);
   Choice choice{"", "", "measured", {}};
   size_t best = 0;
   for (const auto i : c10::irange(libraries.size())) {
-    // A warm-up, then the best of two: each run is a whole GEMM over every
-    // step's rows.
-    choice.times.emplace_back(
-        libraries[i], best_of(engine, 2, [&] { run(i); }));
-    if (choice.times[i].second < choice.times[best].second) {
+    choice.times.emplace_back(libraries[i], times[i]);
+    if (times[i] < times[best]) {
       best = i;
     }
   }

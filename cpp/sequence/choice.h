@@ -62,19 +62,23 @@ size_t choose_library(
 // The bucket of a size in a key: the power of two at or above n.
 int64_t power_of_two_at_least(int64_t n);
 
-// A block of `steps` steps' microseconds from time(n), the microseconds of
-// n steps: timed as it is up to `timed` steps, else extrapolated from
-// timed / 4 and `timed` (a call's fixed costs, such as packing W_h, and a
-// cost per step).
-double time_steps(
+// Each candidate's microseconds over a block of `steps` steps, from
+// time(n), theirs over n steps: timed as it is up to `timed` steps, else
+// extrapolated from timed / 4 and `timed` (a call's fixed costs, such as
+// packing W_h, and a cost per step).
+std::vector<double> time_steps(
     int64_t steps,
     int64_t timed,
-    c10::function_ref<double(int64_t)> time);
+    c10::function_ref<std::vector<double>(int64_t)> time);
 
-// Microseconds that `path` takes over a block of made-up values (not from
-// torch's generator) on `engine`'s device, the op's work around the block
-// included: the best of three runs after a warm-up.
-double time_path(const Engine& engine, const Path& path, const Block& block);
+// Microseconds that each of `paths` takes over a block of made-up values (not
+// from torch's generator) on `engine`'s device, the op's work around the
+// block included: each one's best run, the candidates taking turns over
+// rounds after a warm-up each.
+std::vector<double> time_paths(
+    const Engine& engine,
+    c10::ArrayRef<const Path*> paths,
+    const Block& block);
 
 // What was chosen for a key, and why.
 struct Choice {
@@ -100,7 +104,7 @@ void load(const std::vector<std::pair<std::string, std::string>>& entries);
 void clear();
 
 // While one is alive, the thread's blocks run `forward` and `backward`
-// (nullptr: the usual choice): how time_path times a candidate.
+// (nullptr: the usual choice): how time_paths times a candidate.
 class Forced {
  public:
   Forced(const Path* forward, const Path* backward);

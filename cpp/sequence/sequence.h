@@ -165,8 +165,9 @@ struct PackedWeights {
 // PackedWeights::layout names it) that this thread keeps from call to call,
 // as Engine::scratch keeps the op's buffers: packed into fresh memory, W
 // cost its page faults, most of a short call (0.8 ms a call at S = 481).
-// Fresh inside a call's measured runs, which must leave the call's own
-// layouts alone. The CPU's (cpu/engine.cpp, beside Engine::scratch's).
+// The choice's measured runs, which must leave the call's own layouts
+// alone, keep a set of their own. The CPU's (cpu/engine.cpp, beside
+// Engine::scratch's).
 at::Tensor layout_buffer(
     const void* owner,
     int index,
@@ -290,7 +291,8 @@ struct Engine {
   at::Tensor (*indices)(std::vector<int64_t>&& values, c10::Device device);
   // A buffer that never leaves the op (at most one in use per Scratch and
   // thread): where a fresh allocation costs more than its use (the CPU's
-  // page faults), one the backend keeps from call to call.
+  // page faults), one the backend keeps from call to call, and a set apart
+  // for the choice's measured runs inside a call.
   at::Tensor (*scratch)(
       Scratch slot,
       at::IntArrayRef sizes,

@@ -110,7 +110,11 @@ at::Tensor cpu_indices(std::vector<int64_t>&& values, c10::Device /*device*/) {
 // from call to call: a fresh buffer of megabytes comes from the system,
 // whose page faults at its first writes cost more than the GEMM that fills
 // it (docs/performance.md, "The CPU's paths"). A buffer past kScratchKept
-// bytes is not kept.
+// bytes is not kept. The choice's measured runs (inside a call, whose own
+// buffers are in use) keep a set of their own: in fresh bytes, each run
+// paid the faults that a call of the path does not, and the choice kept
+// paths up to 1.4x slower than the best (docs/performance.md, "Timing the
+// candidates").
 constexpr size_t kScratchKept = size_t(256) << 20;
 
 // `sizes` of `options` in the bytes that `kept` holds where they suffice,
@@ -133,12 +137,11 @@ at::Tensor cpu_scratch(
     Scratch slot,
     at::IntArrayRef sizes,
     const at::TensorOptions& options) {
-  if (choice::Forced::active()) {
-    // A measured run inside a call: the call's own buffers are in use.
-    return at::empty(sizes, options);
-  }
-  thread_local std::array<at::Tensor, kScratchSlots> kept;
-  return reused(kept[static_cast<size_t>(slot)], sizes, options);
+  thread_local std::array<std::array<at::Tensor, kScratchSlots>, 2> kept;
+  return reused(
+      kept[choice::Forced::active() ? 1 : 0][static_cast<size_t>(slot)],
+      sizes,
+      options);
 }
 
 constexpr Engine kCpuEngine{
@@ -169,21 +172,19 @@ at::Tensor layout_buffer(
     int index,
     at::IntArrayRef sizes,
     const at::TensorOptions& options) {
-  if (choice::Forced::active()) {
-    // A measured run inside a call: the call's own layouts are in use.
-    return at::empty(sizes, options);
-  }
   struct Layout {
     const void* owner;
     int index;
+    bool measured;
     at::Tensor bytes;
   };
   thread_local std::vector<Layout> kept;
+  const bool measured = choice::Forced::active();
   auto it = std::find_if(kept.begin(), kept.end(), [&](const Layout& l) {
-    return l.owner == owner && l.index == index;
+    return l.owner == owner && l.index == index && l.measured == measured;
   });
   if (it == kept.end()) {
-    it = kept.insert(kept.end(), {owner, index, at::Tensor()});
+    it = kept.insert(kept.end(), {owner, index, measured, at::Tensor()});
   }
   return reused(it->bytes, sizes, options);
 }
