@@ -2,16 +2,17 @@ r"""A bidirectional LLTMLayer with its directions apart, together and by rule, a
 
     python scripts/bench_directions.py --threads 16 --grid
     python scripts/bench_directions.py --threads 16 --seed 67 [--training] [--dtype bfloat16]
+    python scripts/bench_directions.py --threads 2 --sizes "1,87,737,1086"
 
 On the CPU, one process, the variants interleaved over rounds (each round
 starts at the next variant): ``nn.LSTM``, the layer with
 ``LLTM_DIRECTIONS=apart``, ``=together`` and unset (the rule,
 ``Engine::together``), which the op reads at every call. ``--grid`` runs
 T = 40, F = 32 over batches 1-64 and states 16-512, the grid that placed the
-rule's line; otherwise the benchmark's random sizes (``--seed``, capped at
-2 GMAC). Prints one Markdown row per size: the medians (ms), the ratios
-over ``nn.LSTM`` and the plans the rule ran (docs/performance.md, "Both
-directions' steps together").
+rule's line; ``--sizes`` the sizes given; otherwise the benchmark's random
+sizes (``--seed``, capped at 2 GMAC). Prints one Markdown row per size: the
+medians (ms), the ratios over ``nn.LSTM`` and the plans the rule ran
+(docs/performance.md, "Both directions' steps together").
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=67, help="the random sizes' seed")
     p.add_argument("--count", type=int, default=12, help="how many random sizes")
     p.add_argument("--grid", action="store_true", help="the step-size grid, not random sizes")
+    p.add_argument("--sizes", help="T,B,F,S[;T,B,F,S...]: these sizes, not random ones")
     p.add_argument("--training", action="store_true", help="forward and backward")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--rounds", type=int, default=7)
@@ -51,6 +53,8 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     if args.grid:
         sizes = [(40, b, 32, s) for b in (1, 4, 16, 64) for s in (16, 32, 64, 128, 256, 512)]
+    elif args.sizes:
+        sizes = [tuple(int(n) for n in size.split(",")) for size in args.sizes.split(";")]
     else:
         sizes = draw_sizes(args.count, args.seed, max_gmacs=2.0).sizes
     mode = "training" if args.training else "inference"

@@ -48,10 +48,10 @@ std::optional<Plan> plan_for(
 
 // Of `libraries` (the ways to run one GEMM around the blocks, such as the
 // input's projection), the one kept for `key` ("cpu|Float|gemm|threads=2|
-// M=32768|K=30|N=180"), else the fastest of run(i) on `engine`'s clock (a
-// warm-up, then the best of two), kept for the process and on disk as a
-// block's path is; where measuring is off, libraries[rule]. Returns its
-// index.
+// M=32768|K=30|N=180"), else the fastest of run(i) on `engine`'s clock
+// (timed as the paths are, in turns, at least two rounds), kept for the
+// process and on disk as a block's path is; where measuring is off,
+// libraries[rule]. Returns its index.
 size_t choose_library(
     const Engine& engine,
     const std::string& key,

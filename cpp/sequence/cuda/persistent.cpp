@@ -1,8 +1,8 @@
 // CUDA's persistent path: one cooperative grid per direction runs all T
 // steps with W_h in shared memory, h_t passing through L2 after a grid-wide
 // barrier (cuda/sequence/persistent/grid.cu states the math); cuBLAS GEMMs
-// around it (run.cpp, backward.cpp). Also the forward and backward of every persistent
-// plan, which the cluster's path runs too.
+// around it (run.cpp, backward.cpp). Also the forward and backward of every
+// persistent plan, which the cluster's path runs too.
 #include "cpp/sequence/cuda/operands.h"
 #include "cpp/sequence/path.h"
 
