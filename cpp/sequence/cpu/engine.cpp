@@ -113,7 +113,7 @@ at::Tensor cpu_indices(std::vector<int64_t>&& values, c10::Device /*device*/) {
 // bytes is not kept. The choice's measured runs (inside a call, whose own
 // buffers are in use) keep a set of their own: in fresh bytes, each run
 // paid the faults that a call of the path does not, and the choice kept
-// paths up to 1.4x slower than the best (docs/performance.md, "Timing the
+// paths up to 1.5x slower than the best (docs/performance.md, "Timing the
 // candidates").
 constexpr size_t kScratchKept = size_t(256) << 20;
 
