@@ -65,11 +65,14 @@ std::string_view directions_setting() {
   const char* value = std::getenv("LLTM_DIRECTIONS");
   const std::string_view wanted = value != nullptr ? value : "";
   TORCH_CHECK_VALUE(
-      wanted.empty() || wanted == "together" || wanted == "apart",
+      wanted.empty() || wanted == "together" || wanted == "apart" ||
+          wanted == "calls",
       "LLTM_DIRECTIONS=",
       std::string(wanted),
-      ": expected together or apart (or unset: the backend's choice)");
-  return wanted;
+      ": expected together, apart or calls (or unset: the backend's choice)");
+  // "calls" is LLTMLayer's (a call per direction): a call with both
+  // directions runs as unset.
+  return wanted == "calls" ? std::string_view() : wanted;
 }
 
 std::optional<Plan> together_plan(

@@ -21,7 +21,8 @@ at::Tensor engine_mm(
 bool empty_block(const Sizes& sizes);
 
 // LLTM_DIRECTIONS, read and checked at every call, whether it has two
-// directions or not: "together", "apart", or "" (unset: the engine's rule).
+// directions or not: "together", "apart", or "" (unset, or "calls", which
+// LLTMLayer reads: the engine's rule).
 std::string_view directions_setting();
 
 // The plan of a call whose two directions run their steps together (the

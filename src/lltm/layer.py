@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import warnings
 from typing import overload
 
@@ -16,6 +17,35 @@ from .module import LLTM, check_input
 from .ops import _sequence
 
 __all__ = ["LLTMLayer"]
+
+
+def _wants_a_call_per_direction(x: Tensor, weights: Tensor) -> bool:
+    """Whether a dense bidirectional layer on the CPU runs as two one-direction calls.
+
+    The op takes both directions' weights as one ``[2, 3S, S + F]`` tensor,
+    which the layer stacks at every call; in a call each, the reverse
+    direction's input and output are flipped instead. A call each where the
+    weights are the larger copy: a short sequence under large weights, where
+    the stack took half the call (docs/performance.md, "A call per
+    direction"). ``LLTM_DIRECTIONS=calls`` asks for it, ``together`` and
+    ``apart`` (the op's) for one call.
+    """
+    if torch.compiler.is_compiling():
+        return False  # a traced graph keeps one op per layer
+    setting = os.environ.get("LLTM_DIRECTIONS", "")
+    if setting:
+        # The op checks the setting at every call, so a bad one raises there.
+        return setting == "calls"
+    if x.device.type != "cpu":
+        # CUDA copies the weights at memory speed and runs the directions on
+        # two streams.
+        return False
+    steps, batch, features = x.shape
+    state = weights.shape[0] // 3
+    # A call each copies T B (F + 3 S) (the flips, the output's cat), the
+    # stack 2 x 3 S (S + F). One rule for training and inference, so that
+    # both compute the same bits.
+    return 2 * weights.numel() > steps * batch * (features + 3 * state)
 
 
 class LLTMLayer(nn.Module):
@@ -301,22 +331,39 @@ class LLTMLayer(nn.Module):
         for k in range(self.num_layers):
             # The op's form with a direction dimension: each layer's states
             # come out [directions, batch, state], h_n's own rows, not views.
-            if directions == 1:
-                weights, bias = (t.unsqueeze(0) for t in self.layer_parameters(k))
-            else:
-                forward, backward = self.layer_parameters(k), self.layer_parameters(k, reverse=True)
-                weights = torch.stack((forward[0], backward[0]))
-                bias = torch.stack((forward[1], backward[1]))
             layers = slice(directions * k, directions * (k + 1))
             h, c = (zeros, zeros) if h0 is None or c0 is None else (h0[layers], c0[layers])
             if k > 0 and self.dropout > 0 and self.training:
                 x = F.dropout(x, self.dropout, training=True)
-            x, h, c = _sequence(x, weights, bias, h, c, batch_sizes)
+            if directions == 1:
+                weights, bias = (t.unsqueeze(0) for t in self.layer_parameters(k))
+                x, h, c = _sequence(x, weights, bias, h, c, batch_sizes)
+            elif batch_sizes is None and _wants_a_call_per_direction(
+                x, self.layer_parameters(k)[0]
+            ):
+                x, h, c = self._call_per_direction(k, x, h, c)
+            else:
+                forward, backward = self.layer_parameters(k), self.layer_parameters(k, reverse=True)
+                weights = torch.stack((forward[0], backward[0]))
+                bias = torch.stack((forward[1], backward[1]))
+                x, h, c = _sequence(x, weights, bias, h, c, batch_sizes)
             h_n.append(h)
             c_n.append(c)
         hidden = h_n[0] if self.num_layers == 1 else torch.cat(h_n)
         cell = c_n[0] if self.num_layers == 1 else torch.cat(c_n)
         return x, hidden, cell
+
+    def _call_per_direction(
+        self, k: int, x: Tensor, h: Tensor, c: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Layer ``k``'s two directions as two one-direction calls, the reverse one on ``x`` flipped."""
+        (weights, bias), (weights_r, bias_r) = (
+            self.layer_parameters(k),
+            self.layer_parameters(k, reverse=True),
+        )
+        out, h_f, c_f = _sequence(x, weights[None], bias[None], h[:1], c[:1], None)
+        out_r, h_r, c_r = _sequence(x.flip(0), weights_r[None], bias_r[None], h[1:], c[1:], None)
+        return torch.cat((out, out_r.flip(0)), -1), torch.cat((h_f, h_r)), torch.cat((c_f, c_r))
 
     def extra_repr(self) -> str:
         """The sizes and options, shown by ``repr``."""

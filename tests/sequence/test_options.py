@@ -14,6 +14,9 @@ import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pack_sequence
 
+import lltm
+import lltm.layer
+from lltm.ops import _sequence
 from lltm.reference import lltm_layer_reference
 from sequences import (
     assert_matches_the_reference,
@@ -37,16 +40,31 @@ PACKED = [
 # (segments of several steps over which ended sequences run on as padding).
 SEGMENTS = [pytest.param(None, id="segments-auto"), pytest.param("3", id="segments-3")]
 
+# LLTM_DIRECTIONS: unset (the layer's rule, here one call for both
+# directions) and a call per direction (the reverse one on flipped steps).
+DIRECTIONS = [pytest.param(None, id="one-call"), pytest.param("calls", id="call-each")]
+
 
 # --- float64: equal to the reference --------------------------------------------------
 
 
 @pytest.mark.parametrize("layers", [1, 2], ids=lambda n: f"L{n}")
-@pytest.mark.parametrize("bidirectional", [False, True], ids=["uni", "bi"])
+@pytest.mark.parametrize(
+    ("bidirectional", "directions"),
+    [(False, None), (True, None), (True, "calls")],
+    ids=["uni", "bi", "bi-call-each"],
+)
 @pytest.mark.parametrize("hx", [False, True], ids=["zero-state", "given-state"])
 def test_padded_matches_the_reference(
-    device: str, layers: int, bidirectional: bool, hx: bool
+    device: str,
+    monkeypatch: pytest.MonkeyPatch,
+    layers: int,
+    bidirectional: bool,
+    directions: str | None,
+    hx: bool,
 ) -> None:
+    if directions is not None:
+        monkeypatch.setenv("LLTM_DIRECTIONS", directions)
     layer = make_layer(3, 4, device=device, num_layers=layers, bidirectional=bidirectional)
     x = torch.randn(6, 5, 3, dtype=torch.float64).to(device).requires_grad_()
     assert_matches_the_reference(layer, x, states(layer, 5, device) if hx else None)
@@ -141,12 +159,19 @@ def test_dropout_draws_from_torch_generator() -> None:
 
 @pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
 @pytest.mark.parametrize("segments", SEGMENTS)
+@pytest.mark.parametrize("directions", DIRECTIONS)
 def test_inference_and_training_forwards_agree(
-    device: str, monkeypatch: pytest.MonkeyPatch, packed: bool, segments: str | None
+    device: str,
+    monkeypatch: pytest.MonkeyPatch,
+    packed: bool,
+    segments: str | None,
+    directions: str | None,
 ) -> None:
     """Without a graph the op saves nothing (lltm::sequence): the same numbers, bit for bit."""
     if segments is not None:
         monkeypatch.setenv("LLTM_SEGMENT_STEPS", segments)
+    if directions is not None:
+        monkeypatch.setenv("LLTM_DIRECTIONS", directions)
     layer = make_layer(4, 6, device=device, num_layers=2, bidirectional=True)
     x = torch.randn(8, 5, 4, dtype=torch.float64, device=device)
     input = pack_padded_sequence(x, torch.tensor([8, 7, 7, 3, 1])) if packed else x  # noqa: A001
@@ -188,3 +213,44 @@ def test_bitwise_repeatable(device: str) -> None:
     ]
     for a, b in zip(*runs, strict=True):
         assert torch.equal(a, b)
+
+
+# --- a call per direction ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "steps", "calls"),
+    [
+        # Unset: a call each where stacking the weights copies more than
+        # flipping the steps does (2 x 192 x 80 against T B (16 + 192)).
+        pytest.param(None, 1, [1, 1], id="short-call-each"),
+        pytest.param(None, 80, [2], id="long-one-call"),
+        pytest.param("calls", 80, [1, 1], id="calls"),
+        pytest.param("together", 1, [2], id="together"),
+        pytest.param("apart", 1, [2], id="apart"),
+    ],
+)
+def test_the_layer_stacks_the_weights_where_they_are_the_smaller_copy(
+    monkeypatch: pytest.MonkeyPatch, setting: str | None, steps: int, calls: list[int]
+) -> None:
+    """On the CPU; the directions each call had, from the weights' first dimension."""
+    if setting is None:
+        monkeypatch.delenv("LLTM_DIRECTIONS", raising=False)
+    else:
+        monkeypatch.setenv("LLTM_DIRECTIONS", setting)
+    seen: list[int] = []
+
+    def counted(*args: object) -> object:
+        seen.append(args[1].shape[0])  # type: ignore[attr-defined]
+        return _sequence(*args)
+
+    monkeypatch.setattr(lltm.layer, "_sequence", counted)
+    torch.manual_seed(9)
+    layer = lltm.LLTMLayer(16, 64, bidirectional=True)
+    x = torch.randn(steps, 2, 16)
+    layer(x)
+    assert seen == calls
+    # A packed batch makes one call, whatever the sizes.
+    seen.clear()
+    layer(pack_padded_sequence(x, torch.tensor([steps, steps])))
+    assert seen == [2]

@@ -87,7 +87,8 @@ def test_the_engine_runs_them_together_only_past_the_directions_threads(
     monkeypatch.setenv("LLTM_SEQUENCE_PATH", "fused")
     monkeypatch.delenv("LLTM_DIRECTIONS", raising=False)
     layer = bidirectional(8, 256, torch.float32, 6)
-    x = torch.randn(2, 4, 8)
+    # A batch large enough that the layer makes one call for both directions.
+    x = torch.randn(4, 300, 8)
     before = torch.get_num_threads()
     try:
         for threads, together in ((2, False), (3, True)):
@@ -113,5 +114,7 @@ def test_a_bad_directions_setting_names_it_at_every_call(
     torch.manual_seed(8)
     layer = lltm.LLTMLayer(4, 8, bidirectional=directions == 2)
     x = torch.randn(3, 2, 4)
-    with pytest.raises(ValueError, match=r"LLTM_DIRECTIONS=both: expected together or apart"):
+    with pytest.raises(
+        ValueError, match=r"LLTM_DIRECTIONS=both: expected together, apart or calls"
+    ):
         layer(pack_sequence([x[:, 0], x[:2, 1]]) if packed else x)
