@@ -19,14 +19,18 @@ from .ops import _sequence
 __all__ = ["LLTMLayer"]
 
 
+# A call per direction where the stack copies this many times what the flips do.
+_STACK_OVER_FLIPS = 8
+
+
 def _wants_a_call_per_direction(x: Tensor, weights: Tensor) -> bool:
     """Whether a dense bidirectional layer on the CPU runs as two one-direction calls.
 
     The op takes both directions' weights as one ``[2, 3S, S + F]`` tensor,
     which the layer stacks at every call; in a call each, the reverse
     direction's input and output are flipped instead. A call each where the
-    weights are the larger copy: a short sequence under large weights, where
-    the stack took half the call (docs/performance.md, "A call per
+    stack is by far the larger copy: a short sequence under large weights,
+    where it took half the call (docs/performance.md, "A call per
     direction"). ``LLTM_DIRECTIONS=calls`` asks for it, ``together`` and
     ``apart`` (the op's) for one call.
     """
@@ -42,10 +46,12 @@ def _wants_a_call_per_direction(x: Tensor, weights: Tensor) -> bool:
         return False
     steps, batch, features = x.shape
     state = weights.shape[0] // 3
-    # A call each copies T B (F + 3 S) (the flips, the output's cat), the
-    # stack 2 x 3 S (S + F). One rule for training and inference, so that
-    # both compute the same bits.
-    return 2 * weights.numel() > steps * batch * (features + 3 * state)
+    # The stack copies 2 x 3 S (S + F), a call each T B (F + 3 S) (the
+    # flips, the output's cat) and runs the directions one after the other:
+    # measured, a call each won from 34 times the flips' copy and lost up to
+    # 35% below 3 (docs/performance.md). One rule for training and inference, so
+    # that both compute the same bits.
+    return 2 * weights.numel() > _STACK_OVER_FLIPS * steps * batch * (features + 3 * state)
 
 
 class LLTMLayer(nn.Module):

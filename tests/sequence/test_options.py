@@ -221,7 +221,7 @@ def test_bitwise_repeatable(device: str) -> None:
 @pytest.mark.parametrize(
     ("setting", "steps", "calls"),
     [
-        # Unset: a call each where stacking the weights copies more than
+        # Unset: a call each where stacking the weights copies 8 times what
         # flipping the steps does (2 x 192 x 80 against T B (16 + 192)).
         pytest.param(None, 1, [1, 1], id="short-call-each"),
         pytest.param(None, 80, [2], id="long-one-call"),
