@@ -142,14 +142,10 @@ BackwardResult run_backward(
   }
   const auto options = input.options();
   const at::ScalarType dtype = input.scalar_type();
-  const Steps steps = p.packed
-      ? Steps(p.batch_sizes, min_segment_steps(engine, T))
-      : Steps(T, B);
+  const Steps steps = steps_of(engine, p);
   const int64_t W = steps.work_rows();
-  const std::optional<Indices> idx = p.packed
-      ? std::optional<Indices>(
-            std::in_place, steps, D, engine, input.device(), mask[1])
-      : std::nullopt;
+  const std::optional<Indices> idx =
+      indices_of(engine, p, steps, input.device(), mask[1]);
   const std::vector<Segment> segments =
       steps.backward_segments(in.grad_c_n.has_value());
 

@@ -61,6 +61,25 @@ bool empty_block(const Sizes& sizes) {
   return sizes.batch == 0 || sizes.state_size == 0;
 }
 
+Steps steps_of(const Engine& engine, const Problem& p) {
+  return p.packed
+      ? Steps(p.batch_sizes, min_segment_steps(engine, p.sizes.steps))
+      : Steps(p.sizes.steps, p.sizes.batch);
+}
+
+std::optional<Indices> indices_of(
+    const Engine& engine,
+    const Problem& p,
+    const Steps& steps,
+    c10::Device device,
+    bool previous) {
+  if (!p.packed) {
+    return std::nullopt;
+  }
+  return std::optional<Indices>(
+      std::in_place, steps, p.directions, engine, device, previous);
+}
+
 std::string_view directions_setting() {
   const char* value = std::getenv("LLTM_DIRECTIONS");
   const std::string_view wanted = value != nullptr ? value : "";
@@ -152,14 +171,10 @@ ForwardResult run_forward(
         cells,
         gates};
   }
-  const Steps steps = p.packed
-      ? Steps(p.batch_sizes, min_segment_steps(engine, T))
-      : Steps(T, B);
+  const Steps steps = steps_of(engine, p);
   const int64_t W = steps.work_rows();
-  const std::optional<Indices> idx = p.packed
-      ? std::optional<Indices>(
-            std::in_place, steps, D, engine, input.device(), false)
-      : std::nullopt;
+  const std::optional<Indices> idx =
+      indices_of(engine, p, steps, input.device(), false);
   // A packed batch reads each sequence's last c_t from cells, saved or not.
   const bool keep_cells = save || p.packed;
   at::Tensor h_n = at::empty(directed(stacked, D, {B, S}), options);
@@ -203,10 +218,9 @@ ForwardResult run_forward(
     PackedWeights packed;
   };
   std::array<Direction, 2> directions;
-  const bool together =
-      together_plan(
-          engine, p, {p.sizes, dtype, false, save}, directions_wanted, op)
-          .has_value();
+  // A together call is dense: its one block's plan is this one.
+  const std::optional<Plan> together = together_plan(
+      engine, p, {p.sizes, dtype, false, save}, directions_wanted, op);
 
   // Direction d's views, its blocks' plans and the input's projection.
   const auto prepare = [&](int64_t d) {
@@ -238,7 +252,9 @@ ForwardResult run_forward(
         continue;
       }
       plans.push_back(
-          choice::plan_block(engine, {sizes, dtype, false, save}, op));
+          together
+              ? *together
+              : choice::plan_block(engine, {sizes, dtype, false, save}, op));
       const Plan& plan = *plans.back();
       (plan.input_in_steps           ? input_in_steps
            : plan.float32_projection ? float32_projection

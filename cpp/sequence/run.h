@@ -3,7 +3,10 @@
 #pragma once
 
 #include "cpp/sequence/path.h"
+#include "cpp/sequence/segments.h"
 #include "cpp/sequence/sequence.h"
+
+#include <c10/core/Device.h>
 
 #include <optional>
 #include <string_view>
@@ -19,6 +22,19 @@ at::Tensor engine_mm(
 
 // A block with no rows or no state: nothing for a path to compute.
 bool empty_block(const Sizes& sizes);
+
+// How a call's steps lie in the work buffers: a packed batch's segments,
+// else one dense block.
+Steps steps_of(const Engine& engine, const Problem& p);
+
+// A packed call's row indices (with `previous`, the backward's for d_W_h),
+// made before the directions fork; none for a dense call.
+std::optional<Indices> indices_of(
+    const Engine& engine,
+    const Problem& p,
+    const Steps& steps,
+    c10::Device device,
+    bool previous);
 
 // LLTM_DIRECTIONS, read and checked at every call, whether it has two
 // directions or not: "together", "apart", or "" (unset, or "calls", which
