@@ -1,4 +1,4 @@
-r"""A bidirectional LLTMLayer with its directions apart, together and by rule, against nn.LSTM.
+r"""A bidirectional LLTMLayer with its directions apart, together, a call each and by rule, vs nn.LSTM.
 
     python scripts/bench_directions.py --threads 16 --grid
     python scripts/bench_directions.py --threads 16 --seed 67 [--training] [--dtype bfloat16]
@@ -6,13 +6,15 @@ r"""A bidirectional LLTMLayer with its directions apart, together and by rule, a
 
 On the CPU, one process, the variants interleaved over rounds (each round
 starts at the next variant): ``nn.LSTM``, the layer with
-``LLTM_DIRECTIONS=apart``, ``=together`` and unset (the rule,
-``Engine::together``), which the op reads at every call. ``--grid`` runs
-T = 40, F = 32 over batches 1-64 and states 16-512, the grid that placed the
-rule's line; ``--sizes`` the sizes given; otherwise the benchmark's random
-sizes (``--seed``, capped at 2 GMAC). Prints one Markdown row per size: the
-medians (ms), the ratios over ``nn.LSTM`` and the plans the rule ran
-(docs/performance.md, "Both directions' steps together").
+``LLTM_DIRECTIONS=apart``, ``=together`` (one op call, its directions on a
+thread each or their steps together), ``=calls`` (an op call per direction)
+and unset (the rules: the layer's, then ``Engine::together``), read at every
+call. ``--grid`` runs T = 40, F = 32 over batches 1-64 and states 16-512,
+the grid that placed the together rule's line; ``--sizes`` the sizes given;
+otherwise the benchmark's random sizes (``--seed``, capped at 2 GMAC).
+Prints one Markdown row per size: the medians (ms), the ratios over
+``nn.LSTM`` and the plans the rule ran (docs/performance.md, "Both
+directions' steps together" and "A call per direction").
 """
 
 from __future__ import annotations
@@ -28,7 +30,13 @@ import torch
 import lltm
 from lltm.benchmark.sequence.sizes import draw_sizes
 
-MODES = {"nn.LSTM": None, "apart": "apart", "together": "together", "auto": ""}
+MODES = {
+    "nn.LSTM": None,
+    "apart": "apart",
+    "together": "together",
+    "calls": "calls",
+    "auto": "",
+}
 
 
 def parse() -> argparse.Namespace:
@@ -63,10 +71,10 @@ def main() -> None:
         + ("grid" if args.grid else f"seed={args.seed}")
     )
     print(
-        "| T,B,F,S | step MACs | nn.LSTM ms | apart ms | together ms | auto ms "
-        "| apart | together | auto | auto's plans |"
+        "| T,B,F,S | step MACs | nn.LSTM ms | apart ms | together ms | calls ms | auto ms "
+        "| apart | together | calls | auto | auto's plans |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|", flush=True)
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|", flush=True)
     for size in sizes:
         print(row(size, dtype, args), flush=True)
     os.environ.pop("LLTM_DIRECTIONS", None)
@@ -125,10 +133,12 @@ def row(size: tuple[int, int, int, int], dtype: torch.dtype, args: argparse.Name
     if args.training:
         plans += " / " + ",".join(sorted(set(ran["backward"])))
     lstm_ms = med["nn.LSTM"]
-    ratios = " | ".join(f"{lstm_ms / med[n]:.2f}x" for n in ("apart", "together", "auto"))
+    layer_modes = [name for name in MODES if name != "nn.LSTM"]
+    ms = " | ".join(f"{med[n]:.3f}" for n in layer_modes)
+    ratios = " | ".join(f"{lstm_ms / med[n]:.2f}x" for n in layer_modes)
     return (
         f"| {steps},{batch},{features},{state} | {batch * 3 * state * state} | {lstm_ms:.3f} "
-        f"| {med['apart']:.3f} | {med['together']:.3f} | {med['auto']:.3f} | {ratios} | {plans} |"
+        f"| {ms} | {ratios} | {plans} |"
     )
 
 
