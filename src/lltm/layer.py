@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import os
@@ -23,16 +24,17 @@ __all__ = ["LLTMLayer"]
 _STACK_OVER_FLIPS = 8
 
 
-def _wants_a_call_per_direction(x: Tensor, weights: Tensor) -> bool:
-    """Whether a dense bidirectional layer on the CPU runs as two one-direction calls.
+def _wants_a_call_per_direction(rows: int, x: Tensor, weights: Tensor) -> bool:
+    """Whether a bidirectional layer on the CPU runs as two one-direction calls.
 
     The op takes both directions' weights as one ``[2, 3S, S + F]`` tensor,
     which the layer stacks at every call; in a call each, the reverse
-    direction's input and output are flipped instead. A call each where the
-    stack is by far the larger copy: a short sequence under large weights,
-    where it took half the call (docs/performance.md, "A call per
-    direction"). ``LLTM_DIRECTIONS=calls`` asks for it, ``together`` and
-    ``apart`` (the op's) for one call.
+    direction's input and output are reversed instead (``rows`` of them,
+    each sequence within its own length). A call each where the stack is by
+    far the larger copy: a short sequence under large weights, where it took
+    half the call (docs/performance.md, "A call per direction").
+    ``LLTM_DIRECTIONS=calls`` asks for it, ``together`` and ``apart`` (the
+    op's) for one call.
     """
     if torch.compiler.is_compiling():
         return False  # a traced graph keeps one op per layer
@@ -44,14 +46,27 @@ def _wants_a_call_per_direction(x: Tensor, weights: Tensor) -> bool:
         # CUDA copies the weights at memory speed and runs the directions on
         # two streams.
         return False
-    steps, batch, features = x.shape
+    features = x.shape[-1]
     state = weights.shape[0] // 3
-    # The stack copies 2 x 3 S (S + F), a call each T B (F + 3 S) (the
-    # flips, the output's cat) and runs the directions one after the other:
-    # measured, a call each won from 34 times the flips' copy and lost up to
-    # 35% below 3 (docs/performance.md). One rule for training and inference, so
-    # that both compute the same bits.
-    return 2 * weights.numel() > _STACK_OVER_FLIPS * steps * batch * (features + 3 * state)
+    # The stack copies 2 x 3 S (S + F), a call each rows x (F + 3 S) (the
+    # reversals, the output's cat) and runs the directions one after the
+    # other: measured, a call each won from 34 times the reversals' copy and
+    # lost up to 35% below 3 (docs/performance.md). One rule for training and
+    # inference, so that both compute the same bits.
+    return 2 * weights.numel() > _STACK_OVER_FLIPS * rows * (features + 3 * state)
+
+
+def _reversed_rows(batch_sizes: Tensor) -> Tensor:
+    """For each row of a packed batch (step t of sequence r), the row of step length_r - 1 - t.
+
+    Each sequence reversed within its own length keeps every length, so the
+    reversed batch has the same ``batch_sizes``; the map is its own inverse.
+    """
+    offsets = torch.cumsum(batch_sizes, 0) - batch_sizes
+    step = torch.repeat_interleave(torch.arange(batch_sizes.numel()), batch_sizes)
+    sequence = torch.arange(step.numel()) - offsets[step]
+    lengths = (batch_sizes.unsqueeze(0) > torch.arange(int(batch_sizes[0])).unsqueeze(1)).sum(1)
+    return offsets[lengths[sequence] - 1 - step] + sequence
 
 
 class LLTMLayer(nn.Module):
@@ -344,10 +359,12 @@ class LLTMLayer(nn.Module):
             if directions == 1:
                 weights, bias = (t.unsqueeze(0) for t in self.layer_parameters(k))
                 x, h, c = _sequence(x, weights, bias, h, c, batch_sizes)
-            elif batch_sizes is None and _wants_a_call_per_direction(
-                x, self.layer_parameters(k)[0]
+            elif _wants_a_call_per_direction(
+                x.shape[0] * (x.shape[1] if batch_sizes is None else 1),
+                x,
+                self.layer_parameters(k)[0],
             ):
-                x, h, c = self._call_per_direction(k, x, h, c)
+                x, h, c = self._call_per_direction(k, x, h, c, batch_sizes)
             else:
                 forward, backward = self.layer_parameters(k), self.layer_parameters(k, reverse=True)
                 weights = torch.stack((forward[0], backward[0]))
@@ -360,16 +377,23 @@ class LLTMLayer(nn.Module):
         return x, hidden, cell
 
     def _call_per_direction(
-        self, k: int, x: Tensor, h: Tensor, c: Tensor
+        self, k: int, x: Tensor, h: Tensor, c: Tensor, batch_sizes: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Layer ``k``'s two directions as two one-direction calls, the reverse one on ``x`` flipped."""
+        """Layer ``k``'s two directions as two one-direction calls, the reverse one on ``x`` reversed."""
+        if batch_sizes is None:
+            reverse = functools.partial(torch.flip, dims=(0,))
+        else:
+            rows = _reversed_rows(batch_sizes).to(x.device)
+            reverse = functools.partial(torch.index_select, dim=0, index=rows)
         (weights, bias), (weights_r, bias_r) = (
             self.layer_parameters(k),
             self.layer_parameters(k, reverse=True),
         )
-        out, h_f, c_f = _sequence(x, weights[None], bias[None], h[:1], c[:1], None)
-        out_r, h_r, c_r = _sequence(x.flip(0), weights_r[None], bias_r[None], h[1:], c[1:], None)
-        return torch.cat((out, out_r.flip(0)), -1), torch.cat((h_f, h_r)), torch.cat((c_f, c_r))
+        out, h_f, c_f = _sequence(x, weights[None], bias[None], h[:1], c[:1], batch_sizes)
+        out_r, h_r, c_r = _sequence(
+            reverse(x), weights_r[None], bias_r[None], h[1:], c[1:], batch_sizes
+        )
+        return torch.cat((out, reverse(out_r)), -1), torch.cat((h_f, h_r)), torch.cat((c_f, c_r))
 
     def extra_repr(self) -> str:
         """The sizes and options, shown by ``repr``."""

@@ -71,7 +71,11 @@ def test_padded_matches_the_reference(
 
 
 @pytest.mark.parametrize(("size", "lengths"), PACKED)
-@pytest.mark.parametrize("bidirectional", [False, True], ids=["uni", "bi"])
+@pytest.mark.parametrize(
+    ("bidirectional", "directions"),
+    [(False, None), (True, None), (True, "calls")],
+    ids=["uni", "bi", "bi-call-each"],
+)
 @pytest.mark.parametrize("segments", SEGMENTS)
 def test_packed_matches_the_reference(
     device: str,
@@ -79,11 +83,15 @@ def test_packed_matches_the_reference(
     size: tuple[int, int, int, int],
     lengths: list[int],
     bidirectional: bool,
+    directions: str | None,
     segments: str | None,
 ) -> None:
     """Each sequence stops at its own length: output, h_n, c_n and the backward."""
     if segments is not None:
         monkeypatch.setenv("LLTM_SEGMENT_STEPS", segments)
+    if directions is not None:
+        # The reverse direction's call takes each sequence reversed in its length.
+        monkeypatch.setenv("LLTM_DIRECTIONS", directions)
     steps, batch, features, state = size
     layer = make_layer(features, state, device=device, num_layers=2, bidirectional=bidirectional)
     x = torch.randn(steps, batch, features, dtype=torch.float64).to(device).requires_grad_()
@@ -250,7 +258,7 @@ def test_the_layer_stacks_the_weights_where_they_are_the_smaller_copy(
     x = torch.randn(steps, 2, 16)
     layer(x)
     assert seen == calls
-    # A packed batch makes one call, whatever the sizes.
+    # A packed batch of the same rows: the same calls.
     seen.clear()
     layer(pack_padded_sequence(x, torch.tensor([steps, steps])))
-    assert seen == [2]
+    assert seen == calls
