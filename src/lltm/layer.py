@@ -24,17 +24,17 @@ __all__ = ["LLTMLayer"]
 _STACK_OVER_FLIPS = 8
 
 
-def _wants_a_call_per_direction(rows: int, x: Tensor, weights: Tensor) -> bool:
+def _wants_a_call_per_direction(x: Tensor, weights: Tensor) -> bool:
     """Whether a bidirectional layer on the CPU runs as two one-direction calls.
 
     The op takes both directions' weights as one ``[2, 3S, S + F]`` tensor,
     which the layer stacks at every call; in a call each, the reverse
-    direction's input and output are reversed instead (``rows`` of them,
-    each sequence within its own length). A call each where the stack is by
-    far the larger copy: a short sequence under large weights, where it took
-    half the call (docs/performance.md, "A call per direction").
-    ``LLTM_DIRECTIONS=calls`` asks for it, ``together`` and ``apart`` (the
-    op's) for one call.
+    direction's input and output are reversed instead (``x`` ``[T, B, F]``,
+    or a packed batch's ``[N, F]`` with each sequence reversed within its own
+    length). A call each where the stack is by far the larger copy: a short
+    sequence under large weights, where it took half the call
+    (docs/performance.md, "A call per direction"). ``LLTM_DIRECTIONS=calls``
+    asks for it, ``together`` and ``apart`` (the op's) for one call.
     """
     if torch.compiler.is_compiling():
         return False  # a traced graph keeps one op per layer
@@ -46,7 +46,7 @@ def _wants_a_call_per_direction(rows: int, x: Tensor, weights: Tensor) -> bool:
         # CUDA copies the weights at memory speed and runs the directions on
         # two streams.
         return False
-    features = x.shape[-1]
+    rows, features = math.prod(x.shape[:-1]), x.shape[-1]
     state = weights.shape[0] // 3
     # The stack copies 2 x 3 S (S + F), a call each rows x (F + 3 S) (the
     # reversals, the output's cat) and runs the directions one after the
@@ -359,11 +359,7 @@ class LLTMLayer(nn.Module):
             if directions == 1:
                 weights, bias = (t.unsqueeze(0) for t in self.layer_parameters(k))
                 x, h, c = _sequence(x, weights, bias, h, c, batch_sizes)
-            elif _wants_a_call_per_direction(
-                x.shape[0] * (x.shape[1] if batch_sizes is None else 1),
-                x,
-                self.layer_parameters(k)[0],
-            ):
+            elif _wants_a_call_per_direction(x, self.layer_parameters(k)[0]):
                 x, h, c = self._call_per_direction(k, x, h, c, batch_sizes)
             else:
                 forward, backward = self.layer_parameters(k), self.layer_parameters(k, reverse=True)
