@@ -69,6 +69,28 @@ def _reversed_rows(batch_sizes: Tensor) -> Tensor:
     return offsets[lengths[sequence] - 1 - step] + sequence
 
 
+def _call_per_direction(
+    x: Tensor,
+    forward: tuple[Tensor, Tensor],
+    backward: tuple[Tensor, Tensor],
+    h: Tensor,
+    c: Tensor,
+    batch_sizes: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A bidirectional layer as two one-direction calls, ``backward``'s on ``x`` reversed."""
+    if batch_sizes is None:
+        reverse = functools.partial(torch.flip, dims=(0,))
+    else:
+        rows = _reversed_rows(batch_sizes).to(x.device)
+        reverse = functools.partial(torch.index_select, dim=0, index=rows)
+    (weights, bias), (weights_r, bias_r) = forward, backward
+    out, h_f, c_f = _sequence(x, weights[None], bias[None], h[:1], c[:1], batch_sizes)
+    out_r, h_r, c_r = _sequence(
+        reverse(x), weights_r[None], bias_r[None], h[1:], c[1:], batch_sizes
+    )
+    return torch.cat((out, reverse(out_r)), -1), torch.cat((h_f, h_r)), torch.cat((c_f, c_r))
+
+
 class LLTMLayer(nn.Module):
     """A stack of LLTM layers run over whole sequences, like ``nn.LSTM``.
 
@@ -356,13 +378,14 @@ class LLTMLayer(nn.Module):
             h, c = (zeros, zeros) if h0 is None or c0 is None else (h0[layers], c0[layers])
             if k > 0 and self.dropout > 0 and self.training:
                 x = F.dropout(x, self.dropout, training=True)
-            if directions == 1:
-                weights, bias = (t.unsqueeze(0) for t in self.layer_parameters(k))
+            forward = self.layer_parameters(k)
+            backward = self.layer_parameters(k, reverse=True) if directions == 2 else None
+            if backward is None:
+                weights, bias = (t.unsqueeze(0) for t in forward)
                 x, h, c = _sequence(x, weights, bias, h, c, batch_sizes)
-            elif _wants_a_call_per_direction(x, self.layer_parameters(k)[0]):
-                x, h, c = self._call_per_direction(k, x, h, c, batch_sizes)
+            elif _wants_a_call_per_direction(x, forward[0]):
+                x, h, c = _call_per_direction(x, forward, backward, h, c, batch_sizes)
             else:
-                forward, backward = self.layer_parameters(k), self.layer_parameters(k, reverse=True)
                 weights = torch.stack((forward[0], backward[0]))
                 bias = torch.stack((forward[1], backward[1]))
                 x, h, c = _sequence(x, weights, bias, h, c, batch_sizes)
@@ -371,25 +394,6 @@ class LLTMLayer(nn.Module):
         hidden = h_n[0] if self.num_layers == 1 else torch.cat(h_n)
         cell = c_n[0] if self.num_layers == 1 else torch.cat(c_n)
         return x, hidden, cell
-
-    def _call_per_direction(
-        self, k: int, x: Tensor, h: Tensor, c: Tensor, batch_sizes: Tensor | None
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Layer ``k``'s two directions as two one-direction calls, the reverse one on ``x`` reversed."""
-        if batch_sizes is None:
-            reverse = functools.partial(torch.flip, dims=(0,))
-        else:
-            rows = _reversed_rows(batch_sizes).to(x.device)
-            reverse = functools.partial(torch.index_select, dim=0, index=rows)
-        (weights, bias), (weights_r, bias_r) = (
-            self.layer_parameters(k),
-            self.layer_parameters(k, reverse=True),
-        )
-        out, h_f, c_f = _sequence(x, weights[None], bias[None], h[:1], c[:1], batch_sizes)
-        out_r, h_r, c_r = _sequence(
-            reverse(x), weights_r[None], bias_r[None], h[1:], c[1:], batch_sizes
-        )
-        return torch.cat((out, reverse(out_r)), -1), torch.cat((h_f, h_r)), torch.cat((c_f, c_r))
 
     def extra_repr(self) -> str:
         """The sizes and options, shown by ``repr``."""

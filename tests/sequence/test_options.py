@@ -14,7 +14,6 @@ import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pack_sequence
 
-import lltm
 import lltm.layer
 from lltm.ops import _sequence
 from lltm.reference import lltm_layer_reference
@@ -41,19 +40,22 @@ PACKED = [
 SEGMENTS = [pytest.param(None, id="segments-auto"), pytest.param("3", id="segments-3")]
 
 # LLTM_DIRECTIONS: unset (the layer's rule, here one call for both
-# directions) and a call per direction (the reverse one on flipped steps).
+# directions) and a call per direction (the reverse one on reversed steps).
 DIRECTIONS = [pytest.param(None, id="one-call"), pytest.param("calls", id="call-each")]
+
+# One direction, and two with each LLTM_DIRECTIONS above.
+LAYOUTS = [
+    pytest.param(False, None, id="uni"),
+    pytest.param(True, None, id="bi"),
+    pytest.param(True, "calls", id="bi-call-each"),
+]
 
 
 # --- float64: equal to the reference --------------------------------------------------
 
 
 @pytest.mark.parametrize("layers", [1, 2], ids=lambda n: f"L{n}")
-@pytest.mark.parametrize(
-    ("bidirectional", "directions"),
-    [(False, None), (True, None), (True, "calls")],
-    ids=["uni", "bi", "bi-call-each"],
-)
+@pytest.mark.parametrize(("bidirectional", "directions"), LAYOUTS)
 @pytest.mark.parametrize("hx", [False, True], ids=["zero-state", "given-state"])
 def test_padded_matches_the_reference(
     device: str,
@@ -71,11 +73,7 @@ def test_padded_matches_the_reference(
 
 
 @pytest.mark.parametrize(("size", "lengths"), PACKED)
-@pytest.mark.parametrize(
-    ("bidirectional", "directions"),
-    [(False, None), (True, None), (True, "calls")],
-    ids=["uni", "bi", "bi-call-each"],
-)
+@pytest.mark.parametrize(("bidirectional", "directions"), LAYOUTS)
 @pytest.mark.parametrize("segments", SEGMENTS)
 def test_packed_matches_the_reference(
     device: str,
